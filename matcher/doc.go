@@ -1,0 +1,64 @@
+// Package matcher owns MQTT topic names and topic filters: their
+// validation, and the subscription index that maps a published topic to the
+// sessions that receive it.
+//
+// # Semantics
+//
+// '+' matches exactly one level; '#' matches its parent level and any number
+// of further levels, so "a/#" matches "a"; levels may be empty ("a//b",
+// "/a", "a/"); a topic beginning with '$' is never matched by a filter whose
+// first level is a wildcard, but "$SYS/#" matches "$SYS/uptime". A filter
+// "$share/{group}/{filter}" is a shared subscription: each message goes to
+// one member of the group.
+//
+// # The index
+//
+// The index is built for a gateway with little memory and many
+// subscriptions, most of them exact and the rest following a handful of
+// patterns. It is one open-addressing hash table, one entry per stored
+// filter, and a short list of filter shapes.
+//
+// A filter's shape is its level count, which of its levels are '+', and
+// whether it ends in '#': "site/+/temp" and "site/+/hum" share a shape,
+// "devices/+/cmd/#" has another, and every exact filter of n levels has the
+// shape "n literal levels". The key of a filter is a 64-bit hash of its
+// literal levels and their positions, salted with its shape. A literal
+// level contributes a seeded hash of its bytes and position, and a key sums
+// the contributions, so a topic is hashed once, level by level, into prefix
+// sums; its key for any shape is then the prefix sum up to the shape's
+// depth less the contributions at the shape's '+' levels. Matching a topic
+// costs one table probe per distinct shape that fits its depth, however
+// many subscriptions there are.
+//
+// This is the per-level hash and wildcard mask of the topic-hash idea,
+// with its weaknesses removed: instead of one 8-bit checksum per level and a
+// scan over every wildcard subscription, each level contributes 64 bits and
+// the mask (the shape) selects a table key, so wildcard filters are found by
+// lookup; the shape is part of the key, so filters that share a hash but
+// differ in mask never meet; depth is part of the shape, so no level value
+// stands for "absent". Filters deeper than 32 levels have no shape: they sit
+// on a list checked one by one, for topics deeper than 32 levels only.
+//
+// Hashes only prune. Every candidate is verified against the topic with
+// Matches before it is delivered, so collisions cost time, never
+// correctness.
+//
+// Entries are compact: the filter string (kept once, as subscribed), and
+// either one inline subscriber (a session handle, the subscription
+// identifier and the options byte, 12 bytes) or the index of a member list
+// sorted by handle. Entries live in fixed pages, so growth never copies the
+// whole index. A table cell is 8 bytes: the low half of the key, which also
+// gives the home cell, and the entry number.
+//
+// Match appends to a caller's Result and allocates nothing once its buffers
+// have grown. Deduplication per session (highest QoS, every identifier) is
+// skipped when one filter matches, scans linearly for a few deliveries, and
+// uses the Result's own hash table beyond that.
+//
+// # Concurrency
+//
+// An Index is safe for concurrent use. Match takes a read lock, so matches
+// never wait for each other; Subscribe, Unsubscribe and SetOnline take the
+// write lock for the few hundred nanoseconds an update needs. A shared
+// group's round-robin cursor is advanced atomically under the read lock.
+package matcher

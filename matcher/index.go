@@ -1,0 +1,628 @@
+package matcher
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"strings"
+	"sync"
+)
+
+// Tuning constants.
+const (
+	// maxShapeDepth is the deepest filter that gets a shape of its own. The
+	// '+' positions of a shape are a uint32 bit set, and real fleets stay far
+	// below 32 levels; deeper filters live on a list that is verified one by
+	// one, and only for topics deeper than this.
+	maxShapeDepth = 32
+
+	// pageShift sets the entry page size (1,024 entries, 32 KiB on 64-bit).
+	// Pages instead of one growing slice keep growth from copying the whole
+	// index and bound the slack to one page.
+	pageShift = 10
+	pageSize  = 1 << pageShift
+
+	// maxLoadNum/maxLoadDen is the table's load limit. Linear probing stays
+	// short below 3/4; most probes are for shapes that do not match, and an
+	// unsuccessful search grows with 1/(1-load)².
+	maxLoadNum, maxLoadDen = 3, 4
+
+	// minSlots is the table size of an empty index.
+	minSlots = 64
+
+	// linearDedup is how many deliveries a Result scans linearly for a
+	// session before it switches to its hash table.
+	linearDedup = 16
+)
+
+// Handle identifies a session in the index: a small integer the broker
+// assigns. The index stores handles, never client identifiers.
+type Handle uint32
+
+// NoHandle is the zero Handle: no session. Match takes it as the publisher
+// when the message comes from no session.
+const NoHandle Handle = 0
+
+// Options is the MQTT 5 subscription options byte, in its wire layout.
+type Options uint8
+
+// Subscription option bits [MQTT-3.8.3.1].
+const (
+	QoSMask            Options = 0x03 // maximum QoS granted
+	NoLocal            Options = 0x04 // do not deliver the session's own publishes
+	RetainAsPublished  Options = 0x08 // keep the retain flag as published
+	RetainHandlingMask Options = 0x30 // when to send retained messages on subscribe
+)
+
+// QoS returns the maximum QoS of the subscription.
+func (o Options) QoS() byte { return byte(o & QoSMask) }
+
+// RetainHandling returns the retain handling value 0, 1 or 2.
+func (o Options) RetainHandling() byte { return byte(o&RetainHandlingMask) >> 4 }
+
+// sub is one subscriber of a filter: 12 bytes.
+type sub struct {
+	handle Handle
+	id     uint32
+	opts   Options
+}
+
+// entry is one stored filter: 32 bytes on 64-bit, 24 on 32-bit. A filter
+// with one subscriber keeps it inline; more subscribers, and every shared
+// group, use a subList.
+type entry struct {
+	filter string // as subscribed, "$share/g/..." included
+	one    [1]sub // the only subscriber when list == 0
+	list   uint32 // index+1 into Index.lists, 0 when none
+}
+
+// subList holds the members of a filter with several subscribers, sorted by
+// handle so that a session is found by binary search.
+type subList struct {
+	subs []sub
+	next uint32 // round-robin cursor of a shared group, advanced atomically
+}
+
+// slot is one cell of the open-addressing table: the low 32 bits of the key
+// (they also give the home cell, so the table regrows and deletes without
+// looking at entries) and the entry index+1, 0 when the cell is empty.
+type slot struct {
+	tag uint32
+	idx uint32
+}
+
+// shapeKey names a filter's shape: its level count (or, with a trailing
+// '#', the number of levels before it), the set of '+' levels, and the '#'.
+type shapeKey struct {
+	plus  uint32
+	depth uint8
+	hash  bool
+}
+
+// probe is a shape as Match walks it: only what computing a key needs.
+type probe struct {
+	plus  uint32
+	depth uint8
+	wild  bool
+	salt  uint64
+}
+
+// Index is the subscription index: it maps a topic to the sessions whose
+// filters match it. See the package documentation for its structure.
+type Index struct {
+	mu    sync.RWMutex
+	seed  maphash.Seed
+	slots []slot
+	used  int // filled slots
+
+	pages     [][]entry
+	freeEnt   []uint32
+	lists     []subList
+	freeLists []uint32
+
+	shapes  map[shapeKey]int // entries per shape
+	byDepth [maxShapeDepth + 1][]probe
+	hashes  []probe // shapes ending in '#', by depth
+	deep    []uint32
+
+	offline []uint64 // bit set of handles marked offline
+	subs    int
+}
+
+// NewIndex returns an empty index.
+func NewIndex() *Index {
+	return &Index{
+		seed:   maphash.MakeSeed(),
+		slots:  make([]slot, minSlots),
+		shapes: make(map[shapeKey]int),
+	}
+}
+
+// Len returns the number of subscriptions: (session, filter) pairs.
+func (x *Index) Len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.subs
+}
+
+// Filters returns the number of distinct filters stored; each share group
+// of a filter counts once.
+func (x *Index) Filters() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.used + len(x.deep)
+}
+
+// Shapes returns the number of distinct filter shapes Match probes.
+func (x *Index) Shapes() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.shapes)
+}
+
+// mix64 is a 64-bit finaliser: it spreads every input bit over the output.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// levelTerm is the contribution of one literal level at position i. A key is
+// the sum of the terms of a filter's literal levels, so a topic's key for
+// any shape is its prefix sum less the terms at the shape's '+' levels.
+func (x *Index) levelTerm(level string, i int) uint64 {
+	return mix64(maphash.String(x.seed, level) ^ (uint64(i+1) * 0x9e3779b97f4a7c15))
+}
+
+// finish turns a sum of level terms into the key of one shape.
+func finish(sum, salt uint64) uint64 { return mix64(sum + salt) }
+
+func (k shapeKey) salt() uint64 {
+	v := uint64(k.plus)<<16 | uint64(k.depth)<<1
+	if k.hash {
+		v |= 1
+	}
+	return mix64(v ^ 0x5bd1e9955bd1e995)
+}
+
+// analyse returns the shape and key of a valid non-shared filter, or
+// deep=true when it has no shape.
+func (x *Index) analyse(filter string) (k shapeKey, key uint64, deep bool) {
+	var sum uint64
+	n := 0
+	for start := 0; ; n++ {
+		end := strings.IndexByte(filter[start:], '/')
+		level := filter[start:]
+		if end >= 0 {
+			level = filter[start : start+end]
+		}
+		if level == "#" {
+			k.hash = true
+			break
+		}
+		if n >= maxShapeDepth {
+			return k, 0, true
+		}
+		if level == "+" {
+			k.plus |= 1 << n
+		} else {
+			sum += x.levelTerm(level, n)
+		}
+		if end < 0 {
+			n++
+			break
+		}
+		start += end + 1
+	}
+	k.depth = uint8(n)
+	return k, finish(sum, k.salt()), false
+}
+
+func (x *Index) entry(i uint32) *entry {
+	return &x.pages[i>>pageShift][i&(pageSize-1)]
+}
+
+// isShared reports whether a valid filter is a shared subscription.
+func isShared(f string) bool { return strings.HasPrefix(f, sharePrefix) }
+
+// innerFilter strips a $share/{group}/ prefix.
+func innerFilter(f string) (string, bool) {
+	if _, inner, ok := SplitShared(f); ok {
+		return inner, true
+	}
+	return f, false
+}
+
+// Subscribe adds h's subscription to filter, or replaces its options and
+// identifier when h already has one on exactly that filter (and share group).
+// filter may be a shared subscription $share/{group}/{filter}. id is the MQTT 5
+// subscription identifier, 0 for none. The index keeps the filter string as
+// given, so pass one that does not pin a larger buffer.
+func (x *Index) Subscribe(h Handle, filter string, opts Options, id uint32) (replaced bool, err error) {
+	if err := ValidateFilter(filter); err != nil {
+		return false, err
+	}
+	if h == NoHandle {
+		return false, &Error{"filter", filter, -1, ErrNoHandle}
+	}
+	inner, shared := innerFilter(filter)
+	if shared && opts&NoLocal != 0 {
+		return false, &Error{"filter", filter, -1, ErrShareNoLocal}
+	}
+	k, key, deep := x.analyse(inner)
+	s := sub{handle: h, id: id, opts: opts}
+
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ei, found := x.find(filter, key, deep)
+	if !found {
+		ei = x.newEntry(filter, shared)
+		if deep {
+			x.deep = append(x.deep, ei)
+		} else {
+			x.insertSlot(uint32(key), ei)
+			x.addShape(k, +1)
+		}
+	}
+	replaced = x.addSub(ei, s)
+	if !replaced {
+		x.subs++
+	}
+	return replaced, nil
+}
+
+// Unsubscribe removes h's subscription to filter (the exact string it
+// subscribed with) and reports whether there was one.
+func (x *Index) Unsubscribe(h Handle, filter string) bool {
+	if ValidateFilter(filter) != nil {
+		return false
+	}
+	inner, _ := innerFilter(filter)
+	k, key, deep := x.analyse(inner)
+
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ei, found := x.find(filter, key, deep)
+	if !found || !x.removeSub(ei, h) {
+		return false
+	}
+	x.subs--
+	e := x.entry(ei)
+	if e.list == 0 && e.one[0].handle == NoHandle {
+		if deep {
+			for i, d := range x.deep {
+				if d == ei {
+					x.deep = append(x.deep[:i], x.deep[i+1:]...)
+					break
+				}
+			}
+		} else {
+			x.deleteSlot(uint32(key), ei)
+			x.addShape(k, -1)
+		}
+		*e = entry{}
+		x.freeEnt = append(x.freeEnt, ei)
+	}
+	return true
+}
+
+// find locates the entry of filter. Callers hold mu.
+func (x *Index) find(filter string, key uint64, deep bool) (uint32, bool) {
+	if deep {
+		for _, ei := range x.deep {
+			if x.entry(ei).filter == filter {
+				return ei, true
+			}
+		}
+		return 0, false
+	}
+	mask := uint32(len(x.slots) - 1)
+	tag := uint32(key)
+	for i := tag & mask; ; i = (i + 1) & mask {
+		s := x.slots[i]
+		if s.idx == 0 {
+			return 0, false
+		}
+		if s.tag == tag && x.entry(s.idx-1).filter == filter {
+			return s.idx - 1, true
+		}
+	}
+}
+
+func (x *Index) newEntry(filter string, shared bool) uint32 {
+	var ei uint32
+	if n := len(x.freeEnt); n > 0 {
+		ei = x.freeEnt[n-1]
+		x.freeEnt = x.freeEnt[:n-1]
+	} else {
+		last := len(x.pages) - 1
+		if last < 0 || len(x.pages[last]) == pageSize {
+			x.pages = append(x.pages, make([]entry, 0, pageSize))
+			last++
+		}
+		ei = uint32(last<<pageShift | len(x.pages[last]))
+		x.pages[last] = x.pages[last][:len(x.pages[last])+1]
+	}
+	e := x.entry(ei)
+	*e = entry{filter: filter}
+	if shared {
+		// A shared group always has a list: it needs the round-robin cursor.
+		e.list = x.newList()
+	}
+	return ei
+}
+
+func (x *Index) newList() uint32 {
+	if n := len(x.freeLists); n > 0 {
+		li := x.freeLists[n-1]
+		x.freeLists = x.freeLists[:n-1]
+		return li + 1
+	}
+	x.lists = append(x.lists, subList{})
+	return uint32(len(x.lists))
+}
+
+func (x *Index) freeList(li uint32) {
+	x.lists[li-1] = subList{}
+	x.freeLists = append(x.freeLists, li-1)
+}
+
+// search returns the position of h in a sorted member list.
+func search(subs []sub, h Handle) (int, bool) {
+	lo, hi := 0, len(subs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if subs[m].handle < h {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(subs) && subs[lo].handle == h
+}
+
+// addSub adds or replaces a subscriber of entry ei; true when replaced.
+func (x *Index) addSub(ei uint32, s sub) bool {
+	e := x.entry(ei)
+	if e.list == 0 {
+		switch e.one[0].handle {
+		case NoHandle:
+			e.one[0] = s
+			return false
+		case s.handle:
+			e.one[0] = s
+			return true
+		}
+		li := x.newList()
+		e = x.entry(ei)
+		x.lists[li-1].subs = []sub{e.one[0]}
+		e.list, e.one[0] = li, sub{}
+	}
+	l := &x.lists[e.list-1]
+	i, ok := search(l.subs, s.handle)
+	if ok {
+		l.subs[i] = s
+		return true
+	}
+	l.subs = append(l.subs, sub{})
+	copy(l.subs[i+1:], l.subs[i:])
+	l.subs[i] = s
+	return false
+}
+
+// removeSub removes h from entry ei; an unshared list of one goes back inline.
+func (x *Index) removeSub(ei uint32, h Handle) bool {
+	e := x.entry(ei)
+	if e.list == 0 {
+		if e.one[0].handle != h || h == NoHandle {
+			return false
+		}
+		e.one[0] = sub{}
+		return true
+	}
+	l := &x.lists[e.list-1]
+	i, ok := search(l.subs, h)
+	if !ok {
+		return false
+	}
+	l.subs = append(l.subs[:i], l.subs[i+1:]...)
+	_, shared := innerFilter(e.filter)
+	switch {
+	case len(l.subs) == 0:
+		x.freeList(e.list)
+		e.list = 0
+	case len(l.subs) == 1 && !shared:
+		e.one[0] = l.subs[0]
+		x.freeList(e.list)
+		e.list = 0
+	}
+	return true
+}
+
+func (x *Index) addShape(k shapeKey, delta int) {
+	n := x.shapes[k] + delta
+	if n > 0 {
+		x.shapes[k] = n
+		if n == delta {
+			x.rebuildProbes()
+		}
+		return
+	}
+	delete(x.shapes, k)
+	x.rebuildProbes()
+}
+
+// rebuildProbes lays out the shapes for Match: shapes without '#' by level
+// count, shapes with '#' in one list. It runs only when a shape appears or
+// disappears, which real fleets do a handful of times.
+func (x *Index) rebuildProbes() {
+	for i := range x.byDepth {
+		x.byDepth[i] = x.byDepth[i][:0]
+	}
+	x.hashes = x.hashes[:0]
+	for k := range x.shapes {
+		p := probe{plus: k.plus, depth: k.depth, wild: k.plus != 0 || k.hash, salt: k.salt()}
+		if k.hash {
+			x.hashes = append(x.hashes, p)
+		} else {
+			x.byDepth[k.depth] = append(x.byDepth[k.depth], p)
+		}
+	}
+}
+
+func (x *Index) insertSlot(tag, ei uint32) {
+	if (x.used+1)*maxLoadDen > len(x.slots)*maxLoadNum {
+		x.grow()
+	}
+	mask := uint32(len(x.slots) - 1)
+	i := tag & mask
+	for x.slots[i].idx != 0 {
+		i = (i + 1) & mask
+	}
+	x.slots[i] = slot{tag: tag, idx: ei + 1}
+	x.used++
+}
+
+func (x *Index) grow() {
+	old := x.slots
+	x.slots = make([]slot, 2*len(old))
+	mask := uint32(len(x.slots) - 1)
+	for _, s := range old {
+		if s.idx == 0 {
+			continue
+		}
+		i := s.tag & mask
+		for x.slots[i].idx != 0 {
+			i = (i + 1) & mask
+		}
+		x.slots[i] = s
+	}
+}
+
+// deleteSlot empties the cell of entry ei and shifts later cells of the
+// probe run back, so the table never needs tombstones.
+func (x *Index) deleteSlot(tag, ei uint32) {
+	mask := uint32(len(x.slots) - 1)
+	i := tag & mask
+	for x.slots[i].idx != ei+1 {
+		i = (i + 1) & mask
+	}
+	for j := i; ; {
+		j = (j + 1) & mask
+		if x.slots[j].idx == 0 {
+			break
+		}
+		home := x.slots[j].tag & mask
+		// Leave the cell where it is when its home lies cyclically in (i, j].
+		if (i <= j && i < home && home <= j) || (i > j && (i < home || home <= j)) {
+			continue
+		}
+		x.slots[i] = x.slots[j]
+		i = j
+	}
+	x.slots[i] = slot{}
+	x.used--
+}
+
+// SetOnline marks a session online or offline. Shared groups skip offline
+// members while an online one is left. Every handle starts online.
+func (x *Index) SetOnline(h Handle, online bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	w, b := int(h>>6), uint64(1)<<(h&63)
+	if online {
+		if w < len(x.offline) {
+			x.offline[w] &^= b
+		}
+		return
+	}
+	for w >= len(x.offline) {
+		x.offline = append(x.offline, 0)
+	}
+	x.offline[w] |= b
+}
+
+func (x *Index) isOffline(h Handle) bool {
+	w := int(h >> 6)
+	return w < len(x.offline) && x.offline[w]&(1<<(h&63)) != 0
+}
+
+// Match resets r and fills r.Deliveries with the sessions whose filters
+// match topic, a valid topic name. Non-shared matches give one Delivery per
+// session with the highest QoS of its matching subscriptions and all their
+// identifiers [MQTT-3.3.4-2, MQTT-3.3.4-3]; each matching share group gives
+// one Delivery for one member, chosen round robin among online members.
+// Subscriptions with No Local are skipped for the publisher's own session
+// [MQTT-3.8.3-3]; pass NoHandle when the publisher is no session. Match
+// allocates nothing once r has grown to the sizes it needs.
+func (x *Index) Match(topic string, publisher Handle, r *Result) {
+	r.reset()
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+
+	// sums[i] is the sum of the terms of the topic's first i levels.
+	var sums [maxShapeDepth + 1]uint64
+	n, deep := 0, false
+	for start := 0; ; {
+		if n == maxShapeDepth {
+			deep = true
+			break
+		}
+		end := strings.IndexByte(topic[start:], '/')
+		if end < 0 {
+			sums[n+1] = sums[n] + x.levelTerm(topic[start:], n)
+			n++
+			break
+		}
+		sums[n+1] = sums[n] + x.levelTerm(topic[start:start+end], n)
+		n++
+		start += end + 1
+	}
+
+	if !deep {
+		for _, p := range x.byDepth[n] {
+			x.probe(&sums, p, topic, r)
+		}
+	}
+	for _, p := range x.hashes {
+		if int(p.depth) <= n {
+			x.probe(&sums, p, topic, r)
+		}
+	}
+	if deep {
+		for _, ei := range x.deep {
+			f, _ := innerFilter(x.entry(ei).filter)
+			if Matches(f, topic) {
+				r.cands = append(r.cands, ei)
+			}
+		}
+	}
+	x.collect(publisher, r)
+}
+
+// probe looks up one shape's key and verifies each entry found under it.
+func (x *Index) probe(sums *[maxShapeDepth + 1]uint64, p probe, topic string, r *Result) {
+	sum := sums[p.depth]
+	for plus := p.plus; plus != 0; plus &= plus - 1 {
+		i := bits.TrailingZeros32(plus)
+		sum -= sums[i+1] - sums[i]
+	}
+	tag := uint32(finish(sum, p.salt))
+	mask := uint32(len(x.slots) - 1)
+	for i := tag & mask; ; i = (i + 1) & mask {
+		s := x.slots[i]
+		if s.idx == 0 {
+			return
+		}
+		if s.tag != tag {
+			continue
+		}
+		f, _ := innerFilter(x.entry(s.idx - 1).filter)
+		// Hashes only prune: every candidate is checked against the topic.
+		if f == topic || p.wild && Matches(f, topic) {
+			r.cands = append(r.cands, s.idx-1)
+		}
+	}
+}
