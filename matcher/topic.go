@@ -38,7 +38,7 @@ var (
 	// ErrShareFilter reports "$share/{group}" without a filter after it [MQTT-4.8.2-1].
 	ErrShareFilter = errors.New("a shared subscription needs a filter after $share/{group}/")
 	// ErrShareNoLocal reports No Local set on a shared subscription [MQTT-3.8.3-4].
-	ErrShareNoLocal = errors.New("No Local must not be set on a shared subscription")
+	ErrShareNoLocal = errors.New("the No Local option must not be set on a shared subscription")
 	// ErrNoHandle reports a subscription for NoHandle, which names no session.
 	ErrNoHandle = errors.New("session handle 0 is reserved")
 )
