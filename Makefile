@@ -1,0 +1,146 @@
+# fieldgate build, test and release targets.
+#
+# `make test` is the one command that checks everything; CI runs exactly it.
+# It installs the tools it needs when they are missing.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO      ?= go
+GOBIN   := $(shell $(GO) env GOPATH)/bin
+export PATH := $(GOBIN):$(PATH)
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
+COMMIT  ?= $(shell git rev-parse --verify -q --short HEAD 2>/dev/null || echo dev)
+STAMP   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+# Release binaries: no cgo, so they are static and run on any Pi OS or
+# Debian image; no symbols or paths, to keep them small and reproducible.
+RELEASE := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(STAMP)"
+
+STATICCHECK_VERSION := v0.8.2
+FUZZTIME ?= 30s
+
+.PHONY: build cross run lint test test-unit test-fuzz test-bench-module \
+	bench bench-matcher fuzz qemu-check tools staticcheck system-packages clean help
+
+## help: this list
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
+
+## build: bin/fieldgate for this machine
+build:
+	$(GO) build -ldflags "$(STAMP)" -o bin/fieldgate ./cmd/fieldgate
+
+## cross: static release binaries for the boards fieldgate runs on
+# ARMv6 (Pi Zero, Pi 1) needs GOARM=6: a GOARM=7 binary uses instructions
+# those cores lack and dies at start. ARMv7 covers 32-bit OS images on Pi 2-5.
+cross:
+	GOOS=linux GOARCH=arm GOARM=6 $(RELEASE) -o bin/fieldgate-linux-armv6 ./cmd/fieldgate
+	GOOS=linux GOARCH=arm GOARM=7 $(RELEASE) -o bin/fieldgate-linux-armv7 ./cmd/fieldgate
+	GOOS=linux GOARCH=arm64 $(RELEASE) -o bin/fieldgate-linux-arm64 ./cmd/fieldgate
+
+## run: the gateway on the embedded configuration
+run:
+	$(GO) run ./cmd/fieldgate run
+
+## lint: formatting, a tidy go.mod, go vet and staticcheck
+# All four run even when one fails, so one run lists every finding.
+lint: staticcheck
+	@status=0; \
+	unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; status=1; fi; \
+	echo "go mod tidy -diff"; $(GO) mod tidy -diff || status=1; \
+	echo "go vet ./..."; $(GO) vet ./... || status=1; \
+	echo "staticcheck ./..."; staticcheck ./... || status=1; \
+	exit $$status
+
+## test: every check, in one run, with a summary at the end
+# Each step runs even when an earlier one failed, so one run shows every
+# failure; the tools step is the exception, since the rest depends on it.
+TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check
+
+test: tools
+	@passed=0; failed=0; summary=""; \
+	for step in $(TEST_STEPS); do \
+		echo; echo "==> $$step"; \
+		start=$$(date +%s); \
+		if $(MAKE) --no-print-directory $$step; then result=PASS; passed=$$((passed + 1)); \
+		else result=FAIL; failed=$$((failed + 1)); fi; \
+		summary+="$$(printf '  %-4s  %-18s %4ss' "$$result" "$$step" "$$(( $$(date +%s) - start ))")"$$'\n'; \
+	done; \
+	echo; echo "== make test summary =="; printf '%s' "$$summary"; \
+	echo "steps: $$passed passed, $$failed failed"; \
+	[ "$$failed" -eq 0 ]
+
+test-unit:
+	$(GO) test -race -count=1 ./...
+
+# A bounded run of the matcher's fuzz target, comparing the index with its oracle.
+test-fuzz:
+	$(MAKE) --no-print-directory fuzz FUZZTIME=30s
+
+# scripts/bench is its own module; its tests check that the benchmarked
+# implementations agree before their speed is compared.
+test-bench-module:
+	cd scripts/bench && $(GO) vet ./... && $(GO) test -count=1 -run . ./...
+
+## bench: benchmarks of the main module, then the side-by-side matcher comparison
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
+	$(MAKE) --no-print-directory bench-matcher
+
+## bench-matcher: the matcher against other implementations (scripts/bench)
+bench-matcher:
+	cd scripts/bench && ./bench-matcher.sh
+
+## fuzz: the matcher fuzz target for FUZZTIME (default 30s)
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzIndex -fuzztime=$(FUZZTIME) ./matcher
+
+## qemu-check: run the release binaries under user-mode emulation
+# qemu-*-static runs a foreign binary without a sysroot, which also proves the
+# binaries are static. -cpu arm1176 is the Pi Zero / Pi 1 core; the armv7
+# binary must fail on it, or the emulated cpu is not the one we think.
+qemu-check: cross system-packages
+	@set -e; \
+	check() { \
+		local want="$$1"; shift; \
+		echo "+ $$*"; \
+		out="$$("$$@" version)"; echo "$$out"; \
+		grep -q "$$want" <<<"$$out" || { echo "qemu-check: version output lacks '$$want'"; exit 1; }; \
+		"$$@" check; \
+	}; \
+	check 'linux/arm GOARM=6' qemu-arm-static -cpu arm1176 bin/fieldgate-linux-armv6; \
+	check 'linux/arm GOARM=7' qemu-arm-static bin/fieldgate-linux-armv7; \
+	check 'linux/arm64' qemu-aarch64-static bin/fieldgate-linux-arm64; \
+	rc=$$( { ulimit -c 0; qemu-arm-static -cpu arm1176 bin/fieldgate-linux-armv7 version >/dev/null 2>&1 && echo 0 || echo $$?; } 2>/dev/null ); \
+	if [ "$$rc" -eq 0 ]; then \
+		echo "qemu-check: the armv7 binary ran on an ARMv6 cpu, so the armv6 check proves nothing"; exit 1; \
+	fi; \
+	echo "qemu-check: armv6, armv7 and arm64 binaries run; armv7 rightly fails on an ARMv6 cpu"
+
+## tools: install staticcheck, qemu-user-static and gcc (for -race) when missing
+tools: staticcheck system-packages
+
+staticcheck:
+	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+# Debian packages the checks need: the race detector is built with cgo, so
+# it needs a C compiler; qemu-check needs user-mode QEMU.
+system-packages:
+	@missing=""; \
+	command -v qemu-arm-static >/dev/null && command -v qemu-aarch64-static >/dev/null || missing+=" qemu-user-static"; \
+	command -v gcc >/dev/null || missing+=" gcc libc6-dev"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" -ne 0 ]; then \
+		echo "missing Debian packages:$$missing; run: sudo apt-get update && sudo apt-get install -y$$missing" >&2; \
+		exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y $$missing || { apt-get update && apt-get install -y $$missing; }
+
+## clean: remove bin/
+clean:
+	rm -rf bin

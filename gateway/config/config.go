@@ -1,0 +1,206 @@
+// Package config owns fieldgate's configuration: one YAML file decoded into
+// one typed struct, Config.
+//
+// The contract: every default lives in Default; a key the schema does not
+// know is an error, never silently ignored; and a broken file is reported
+// whole, every problem at once, each naming the key path, the file and line,
+// and what would be right. Parse and Load decode and validate; Validate can
+// be run again on a Config changed in code.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// EmbeddedName is the file name used in messages about the embedded default configuration.
+const EmbeddedName = "embedded:default.yaml"
+
+//go:embed default.yaml
+var embedded []byte
+
+// Embedded returns the built-in configuration file: no hardware, loopback listeners only.
+func Embedded() []byte {
+	return bytes.Clone(embedded)
+}
+
+// Config is the whole configuration of one gateway.
+type Config struct {
+	Log       Log        `yaml:"log"`
+	Storage   Storage    `yaml:"storage"`
+	Broker    Broker     `yaml:"broker"`
+	Listeners []Listener `yaml:"listeners"`
+	Ops       Ops        `yaml:"ops"`
+	Sensors   []Sensor   `yaml:"sensors"`
+
+	// src remembers where each key was written so that Validate can point
+	// at the line; it is empty for a Config built in code.
+	src source
+}
+
+// Log configures the process logger.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn or error
+	Format string `yaml:"format"` // text or json
+}
+
+// Storage configures the state database.
+type Storage struct {
+	Path string `yaml:"path"` // the bbolt file holding sessions, retained messages and the outbox
+}
+
+// Broker configures the local MQTT broker.
+type Broker struct {
+	AllowAnonymous bool          `yaml:"allow_anonymous"` // let clients connect without credentials
+	MaxPacketSize  int           `yaml:"max_packet_size"` // bytes; larger packets are refused
+	MaxKeepalive   time.Duration `yaml:"max_keepalive"`   // longest keepalive a client may ask for
+}
+
+// ListenerType is the transport a listener accepts MQTT on.
+type ListenerType string
+
+// The listener types the broker serves.
+const (
+	ListenerTCP  ListenerType = "tcp"
+	ListenerTLS  ListenerType = "tls"
+	ListenerWS   ListenerType = "ws"
+	ListenerWSS  ListenerType = "wss"
+	ListenerUnix ListenerType = "unix"
+)
+
+// Listener is one socket the broker accepts clients on.
+type Listener struct {
+	Name    string       `yaml:"name"`    // unique; appears in logs and metrics
+	Type    ListenerType `yaml:"type"`    // the transport
+	Address string       `yaml:"address"` // host:port, or a socket path for unix
+	TLS     TLS          `yaml:"tls"`
+}
+
+// TLS names the PEM files of a tls or wss listener.
+type TLS struct {
+	Cert     string `yaml:"cert"`
+	Key      string `yaml:"key"`
+	ClientCA string `yaml:"client_ca"` // when set, clients must present a certificate it signed
+}
+
+// Ops configures the HTTP endpoint for health and metrics.
+type Ops struct {
+	Address string `yaml:"address"` // host:port; empty turns the endpoint off
+}
+
+// Sensor is one device the gateway polls.
+type Sensor struct {
+	Name     string        `yaml:"name"`     // becomes a topic level: fieldgate/{device}/{name}/...
+	Kind     string        `yaml:"kind"`     // the driver, e.g. simulated or bme280
+	Bus      string        `yaml:"bus"`      // where the device is wired, e.g. i2c1, or sim
+	Address  string        `yaml:"address"`  // the device's address on its bus, e.g. 0x76
+	Interval time.Duration `yaml:"interval"` // time between readings
+}
+
+// Default returns the configuration used for every key a file leaves out.
+// It is the one place defaults are written down.
+func Default() *Config {
+	return &Config{
+		Log:     Log{Level: "info", Format: "text"},
+		Storage: Storage{Path: "/var/lib/fieldgate/state.db"},
+		Broker: Broker{
+			// Off unless a config turns it on: a gateway on a plant network
+			// must not accept strangers by default.
+			AllowAnonymous: false,
+			// 256 KiB covers sensor payloads and firmware chunks with room to
+			// spare while bounding what one client can make us buffer on a
+			// 512 MB board.
+			MaxPacketSize: 256 << 10,
+			MaxKeepalive:  10 * time.Minute,
+		},
+		Listeners: []Listener{{Name: "default", Type: ListenerTCP, Address: "127.0.0.1:1883"}},
+		Ops:       Ops{Address: "127.0.0.1:9100"},
+	}
+}
+
+// SlogLevel returns the slog level named by Level; unknown names give info.
+func (l Log) SlogLevel() slog.Level {
+	switch l.Level {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// Load reads, decodes and validates the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes data on top of Default and validates the result; name is the
+// file name used in messages. Any problem yields a nil Config and an *Error.
+func Parse(name string, data []byte) (*Config, error) {
+	cfg := Default()
+	d := decoder{file: name, lines: map[string]int{"": 1}}
+
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		// An empty file asks for the defaults.
+	case err != nil:
+		return nil, syntaxError(name, err)
+	default:
+		var extra yaml.Node
+		switch err := dec.Decode(&extra); {
+		case errors.Is(err, io.EOF):
+		case err != nil:
+			return nil, syntaxError(name, err)
+		default:
+			d.fail("", extra.Line, "a second YAML document starts here; keep one document per file")
+		}
+		if len(doc.Content) > 0 {
+			d.value("", doc.Content[0], reflect.ValueOf(cfg).Elem())
+		}
+	}
+
+	cfg.src = source{file: name, lines: d.lines}
+	problems := d.problems
+	for _, p := range cfg.problems() {
+		// A value that could not be decoded would also fail validation;
+		// report the decoding problem alone.
+		if !d.covers(p.Path) {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, newError(problems)
+	}
+	return cfg, nil
+}
+
+// syntaxError turns the YAML parser's "yaml: line N: msg" into a Problem so
+// that a syntax error is reported in the same file:line form as the rest.
+func syntaxError(name string, err error) error {
+	rest, found := strings.CutPrefix(err.Error(), "yaml: line ")
+	num, msg, ok := strings.Cut(rest, ": ")
+	line, convErr := strconv.Atoi(num)
+	if !found || !ok || convErr != nil {
+		return fmt.Errorf("config: %s: %w", name, err)
+	}
+	return newError([]Problem{{File: name, Line: line, Msg: "YAML syntax: " + msg}})
+}

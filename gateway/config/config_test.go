@@ -1,0 +1,352 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// problemsOf returns the problems carried by err, failing the test if err is
+// not a *Error.
+func problemsOf(t *testing.T, err error) []Problem {
+	t.Helper()
+	var cerr *Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("error %v (%T) is not a *config.Error", err, err)
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(err, ErrInvalid) = false for %v", err)
+	}
+	return cerr.Problems
+}
+
+func TestEmbeddedDefault(t *testing.T) {
+	cfg, err := Parse(EmbeddedName, Embedded())
+	if err != nil {
+		t.Fatalf("embedded default does not parse: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("embedded default does not validate: %v", err)
+	}
+	// The embedded config runs on any laptop: loopback only, no hardware.
+	addrs := []string{cfg.Ops.Address}
+	for _, l := range cfg.Listeners {
+		addrs = append(addrs, l.Address)
+	}
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatalf("address %q: %v", a, err)
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			t.Errorf("embedded default binds %q, want a loopback address", a)
+		}
+	}
+	if len(cfg.Sensors) == 0 {
+		t.Fatal("embedded default has no sensors, want a simulated one")
+	}
+	for _, s := range cfg.Sensors {
+		if s.Kind != "simulated" {
+			t.Errorf("sensor %q has kind %q, want simulated (no hardware)", s.Name, s.Kind)
+		}
+	}
+	if got := cfg.Sensors[0].Address; got != "0x76" {
+		t.Errorf("sensor address = %q, want the text 0x76 kept as written", got)
+	}
+}
+
+func TestDefaultValidates(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("Default() does not validate: %v", err)
+	}
+}
+
+func TestDecodeKeepsDefaults(t *testing.T) {
+	tests := []struct {
+		name  string
+		yaml  string
+		check func(t *testing.T, c *Config)
+	}{
+		{"empty file", "", func(t *testing.T, c *Config) {
+			if len(c.Listeners) != 1 || c.Listeners[0].Address != "127.0.0.1:1883" {
+				t.Errorf("listeners = %+v, want the default listener", c.Listeners)
+			}
+		}},
+		{"comment only", "# nothing\n", func(t *testing.T, c *Config) {
+			if c.Log.Level != "info" {
+				t.Errorf("log.level = %q, want info", c.Log.Level)
+			}
+		}},
+		{"one key set", "log:\n  format: json\n", func(t *testing.T, c *Config) {
+			if c.Log.Format != "json" || c.Log.Level != "info" {
+				t.Errorf("log = %+v, want json format with default level", c.Log)
+			}
+		}},
+		{"null keeps default", "storage:\n  path:\n", func(t *testing.T, c *Config) {
+			if c.Storage.Path != Default().Storage.Path {
+				t.Errorf("storage.path = %q, want the default", c.Storage.Path)
+			}
+		}},
+		{"list replaces default", "listeners:\n  - {name: lan, type: tcp, address: ':1883'}\n", func(t *testing.T, c *Config) {
+			if len(c.Listeners) != 1 || c.Listeners[0].Name != "lan" {
+				t.Errorf("listeners = %+v, want only lan", c.Listeners)
+			}
+		}},
+		{"empty list clears", "listeners: []\n", func(t *testing.T, c *Config) {
+			if len(c.Listeners) != 0 {
+				t.Errorf("listeners = %+v, want none", c.Listeners)
+			}
+		}},
+		{"durations and numbers", "broker:\n  max_keepalive: 90s\n  max_packet_size: 0x10000\n", func(t *testing.T, c *Config) {
+			if c.Broker.MaxKeepalive != 90*time.Second || c.Broker.MaxPacketSize != 65536 {
+				t.Errorf("broker = %+v", c.Broker)
+			}
+		}},
+		{"anchors and aliases", "sensors:\n  - &s {name: a, kind: simulated, interval: 1s}\n  - {name: b, kind: simulated, interval: 2s}\nbroker: {allow_anonymous: true}\n", func(t *testing.T, c *Config) {
+			if len(c.Sensors) != 2 || !c.Broker.AllowAnonymous {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("test.yaml", []byte(tt.yaml))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+// wantProblem is one problem a broken file must produce.
+type wantProblem struct {
+	line int
+	path string
+	msg  string // a substring of the message: what would be right
+}
+
+func TestBrokenConfigs(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []wantProblem
+	}{
+		{"unknown top-level key", "log:\n  level: info\nlogging: {}\n",
+			[]wantProblem{{3, "logging", "unknown key"}}},
+		{"short unknown key gets no far-fetched suggestion", "foo: 1\n",
+			[]wantProblem{{1, "foo", "unknown key; known keys here: log, storage"}}},
+		{"swapped letters", "log:\n  levle: info\n",
+			[]wantProblem{{2, "log.levle", `did you mean "level"`}}},
+		{"unknown nested key with suggestion", "broker:\n  allow_anonymous: true\n  max_keepalve: 60s\n",
+			[]wantProblem{{3, "broker.max_keepalve", `did you mean "max_keepalive"`}}},
+		{"unknown key in a list item", "listeners:\n  - name: a\n    type: tcp\n    adress: 127.0.0.1:1883\n",
+			[]wantProblem{{4, "listeners[0].adress", "unknown key"}, {2, "listeners[0].address", "required: host:port"}}},
+		{"bad log level", "log:\n  level: verbose\n",
+			[]wantProblem{{2, "log.level", "use one of debug, info, warn, error"}}},
+		{"duration without unit", "broker:\n  max_keepalive: 60\n",
+			[]wantProblem{{2, "broker.max_keepalive", "add a unit: 60s"}}},
+		{"keepalive beyond MQTT", "broker:\n  max_keepalive: 24h\n",
+			[]wantProblem{{2, "broker.max_keepalive", "from 1s to 18h12m15s"}}},
+		{"packet size not a number", "broker:\n  max_packet_size: large\n",
+			[]wantProblem{{2, "broker.max_packet_size", "want a whole number"}}},
+		{"packet size zero", "broker:\n  max_packet_size: 0\n",
+			[]wantProblem{{2, "broker.max_packet_size", "use 1 to 268435460 bytes"}}},
+		{"empty storage path", "storage:\n  path: \"\"\n",
+			[]wantProblem{{2, "storage.path", "required"}}},
+		{"listener address without port", "listeners:\n  - name: a\n    type: tcp\n    address: 127.0.0.1\n",
+			[]wantProblem{{4, "listeners[0].address", "use something like 127.0.0.1:1883"}}},
+		{"listener bad port", "listeners:\n  - name: a\n    type: ws\n    address: ':http'\n",
+			[]wantProblem{{4, "listeners[0].address", "port \"http\""}}},
+		{"listener unknown type", "listeners:\n  - name: a\n    type: quic\n    address: ':1883'\n",
+			[]wantProblem{{3, "listeners[0].type", "use one of tcp, tls, ws, wss, unix"}}},
+		{"tls files missing", "listeners:\n  - name: secure\n    type: tls\n    address: ':8883'\n",
+			[]wantProblem{{2, "listeners[0].tls.cert", "PEM certificate"}, {2, "listeners[0].tls.key", "PEM private key"}}},
+		{"tls key missing points at tls block", "listeners:\n  - name: secure\n    type: wss\n    address: ':8443'\n    tls:\n      cert: c.pem\n",
+			[]wantProblem{{5, "listeners[0].tls.key", "PEM private key"}}},
+		{"tls on a plain listener", "listeners:\n  - name: a\n    type: tcp\n    address: ':1883'\n    tls: {cert: c.pem, key: k.pem}\n",
+			[]wantProblem{{5, "listeners[0].tls", "use type tls or wss, or remove tls"}}},
+		{"unix listener without path", "listeners:\n  - name: local\n    type: unix\n",
+			[]wantProblem{{2, "listeners[0].address", "socket path"}}},
+		{"duplicate listener names", "listeners:\n  - {name: a, type: tcp, address: ':1883'}\n  - {name: a, type: tcp, address: ':1884'}\n",
+			[]wantProblem{{3, "listeners[1].name", "already the name of listeners[0] (line 2)"}}},
+		{"wildcard clashes with loopback", "listeners:\n  - {name: a, type: tcp, address: ':1883'}\n  - {name: b, type: ws, address: '127.0.0.1:1883'}\n",
+			[]wantProblem{{3, "listeners[1].address", "also bound by listeners[0].address (line 2)"}}},
+		{"ops clashes with a listener", "ops:\n  address: 127.0.0.1:1883\n",
+			[]wantProblem{{2, "ops.address", "also bound by listeners[0].address"}}},
+		{"listener name with slash", "listeners:\n  - {name: a/b, type: tcp, address: ':1883'}\n",
+			[]wantProblem{{2, "listeners[0].name", "use letters, digits, - and _"}}},
+		{"sensor interval zero and kind missing", "sensors:\n  - name: t1\n    interval: 0s\n",
+			[]wantProblem{{2, "sensors[0].kind", "required"}, {3, "sensors[0].interval", "must be positive"}}},
+		{"sensor interval missing", "sensors:\n  - name: t1\n    kind: simulated\n",
+			[]wantProblem{{2, "sensors[0].interval", "must be positive, such as 10s"}}},
+		{"duplicate sensor names", "sensors:\n  - {name: t, kind: simulated, interval: 1s}\n  - {name: t, kind: simulated, interval: 1s}\n",
+			[]wantProblem{{3, "sensors[1].name", "already the name of sensors[0]"}}},
+		{"list where a mapping belongs", "log:\n  - debug\n",
+			[]wantProblem{{2, "log", "want a mapping with keys level, format"}}},
+		{"mapping where a list belongs", "sensors:\n  name: t\n",
+			[]wantProblem{{2, "sensors", "want a list"}}},
+		{"key set twice", "log:\n  level: debug\n  level: info\n",
+			[]wantProblem{{3, "log.level", "set twice (first on line 2)"}}},
+		{"two documents", "log: {}\n---\nlog: {}\n",
+			[]wantProblem{{2, "", "keep one document per file"}}},
+		{"yaml syntax", "log: [debug\n",
+			[]wantProblem{{1, "", "YAML syntax"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("site.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse accepted a broken config: %+v", cfg)
+			}
+			if cfg != nil {
+				t.Errorf("Parse returned a config along with an error")
+			}
+			got := problemsOf(t, err)
+			if len(got) != len(tt.want) {
+				t.Errorf("got %d problems, want %d:\n%v", len(got), len(tt.want), err)
+			}
+			for _, w := range tt.want {
+				if !hasProblem(got, w) {
+					t.Errorf("missing problem site.yaml:%d: %s: ...%s...\ngot:\n%v", w.line, w.path, w.msg, err)
+				}
+			}
+			for _, p := range got {
+				if p.File != "site.yaml" || p.Line == 0 {
+					t.Errorf("problem %q does not name file and line", p)
+				}
+			}
+		})
+	}
+}
+
+func hasProblem(ps []Problem, w wantProblem) bool {
+	for _, p := range ps {
+		if p.Line == w.line && p.Path == w.path && strings.Contains(p.Msg, w.msg) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEveryProblemReported(t *testing.T) {
+	const doc = `log:
+  level: loud
+  format: xml
+broker:
+  max_keepalive: forever
+listeners:
+  - name: lan
+    type: tls
+    address: 0.0.0.0
+  - name: lan
+    type: tcp
+    address: :1883
+sensors:
+  - name: soil
+    kind: ""
+    interval: -1s
+extra: true
+`
+	_, err := Parse("many.yaml", []byte(doc))
+	got := problemsOf(t, err)
+	want := []wantProblem{
+		{2, "log.level", "use one of"},
+		{3, "log.format", "use one of text, json"},
+		{5, "broker.max_keepalive", "want a duration"},
+		{7, "listeners[0].tls.cert", "required"},
+		{7, "listeners[0].tls.key", "required"},
+		{9, "listeners[0].address", "not host:port"},
+		{10, "listeners[1].name", "already the name"},
+		{15, "sensors[0].kind", "required"},
+		{16, "sensors[0].interval", "must be positive"},
+		{17, "extra", "unknown key"},
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d problems, want %d:\n%v", len(got), len(want), err)
+	}
+	for _, w := range want {
+		if !hasProblem(got, w) {
+			t.Errorf("missing problem at line %d %s", w.line, w.path)
+		}
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Line < got[i-1].Line {
+			t.Errorf("problems not in file order: line %d after line %d", got[i].Line, got[i-1].Line)
+		}
+	}
+	// One line per problem, so a terminal shows them as a list.
+	if lines := strings.Count(err.Error(), "\n"); lines != len(got) {
+		t.Errorf("Error() has %d line breaks for %d problems:\n%s", lines, len(got), err)
+	}
+}
+
+func TestValidateConfigBuiltInCode(t *testing.T) {
+	c := Default()
+	c.Sensors = append(c.Sensors, Sensor{Name: "x", Kind: "simulated"})
+	err := c.Validate()
+	ps := problemsOf(t, err)
+	if len(ps) != 1 || ps[0].Path != "sensors[0].interval" {
+		t.Fatalf("got %v, want one problem at sensors[0].interval", err)
+	}
+	// No file to point at: the message must not invent one.
+	if got, want := ps[0].String(), "sensors[0].interval: must be positive, such as 10s"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("log:\n  level: debug\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(good)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", good, err)
+	}
+	if cfg.Log.SlogLevel() != slog.LevelDebug {
+		t.Errorf("level = %v, want debug", cfg.Log.SlogLevel())
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("log:\n  level: debug\n  colour: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(bad)
+	if err == nil || !strings.Contains(err.Error(), bad+":3: log.colour: unknown key") {
+		t.Errorf("Load(bad) = %v, want the file, line 3 and the key", err)
+	}
+
+	_, err = Load(filepath.Join(dir, "missing.yaml"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want an error wrapping fs.ErrNotExist", err)
+	}
+}
+
+func TestSlogLevel(t *testing.T) {
+	tests := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+	for name, want := range tests {
+		if got := (Log{Level: name}).SlogLevel(); got != want {
+			t.Errorf("SlogLevel(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{{"", "", 0}, {"level", "levle", 1}, {"adress", "address", 1}, {"kind", "bus", 4}}
+	for _, tt := range tests {
+		if got := editDistance(tt.a, tt.b); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

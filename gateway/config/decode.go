@@ -1,0 +1,234 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// decoder fills a Config from a parsed YAML tree. It walks the tree itself
+// rather than using yaml's struct decoding so that it can record the line of
+// every key, report unknown keys and bad values by key path, and carry on
+// after each problem: one run finds them all.
+//
+// A null value (a key with nothing after it) means "not set" and keeps the
+// default; an explicit empty list (listeners: []) clears a list.
+type decoder struct {
+	file     string
+	lines    map[string]int // key path -> line it was written on
+	problems []Problem
+	// undecoded lists the paths whose values could not be decoded, so that
+	// validation does not report them a second time as missing or zero.
+	undecoded []string
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+func (d *decoder) fail(path string, line int, format string, args ...any) {
+	d.problems = append(d.problems, Problem{File: d.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// badValue reports a value that does not fit its key's type.
+func (d *decoder) badValue(path string, line int, format string, args ...any) {
+	d.fail(path, line, format, args...)
+	d.undecoded = append(d.undecoded, path)
+}
+
+// covers reports whether path, or a key above it, could not be decoded.
+func (d *decoder) covers(path string) bool {
+	for _, u := range d.undecoded {
+		if path == u || u == "" || strings.HasPrefix(path, u+".") || strings.HasPrefix(path, u+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// value decodes n into v, which has one of the few kinds the schema uses.
+func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return
+	}
+	switch {
+	case v.Kind() == reflect.Struct:
+		d.mapping(path, n, v)
+	case v.Kind() == reflect.Slice:
+		d.sequence(path, n, v)
+	case n.Kind != yaml.ScalarNode:
+		d.badValue(path, n.Line, "want %s, got %s", want(v.Type()), shape(n))
+	case v.Type() == durationType:
+		dur, err := time.ParseDuration(n.Value)
+		if err != nil {
+			hint := ""
+			if _, numErr := strconv.ParseFloat(n.Value, 64); numErr == nil {
+				hint = fmt.Sprintf(" (add a unit: %ss)", n.Value)
+			}
+			d.badValue(path, n.Line, "want %s, got %q%s", want(v.Type()), n.Value, hint)
+			return
+		}
+		v.SetInt(int64(dur))
+	case v.Kind() == reflect.String:
+		// Any scalar is taken as its text, so address: 0x76 stays "0x76".
+		v.SetString(n.Value)
+	case v.Kind() == reflect.Bool:
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			d.badValue(path, n.Line, "want %s, got %q", want(v.Type()), n.Value)
+			return
+		}
+		v.SetBool(b)
+	case v.Kind() == reflect.Int:
+		var i int64
+		if err := n.Decode(&i); err != nil || v.OverflowInt(i) {
+			d.badValue(path, n.Line, "want %s, got %q", want(v.Type()), n.Value)
+			return
+		}
+		v.SetInt(i)
+	default:
+		// Only reachable if the schema gains a field of a new kind.
+		panic(fmt.Sprintf("config: schema field %s has unsupported type %s", path, v.Type()))
+	}
+}
+
+func (d *decoder) mapping(path string, n *yaml.Node, v reflect.Value) {
+	fields := fieldsOf(v.Type())
+	if n.Kind != yaml.MappingNode {
+		d.badValue(path, n.Line, "want a mapping with keys %s, got %s", strings.Join(fields.names, ", "), shape(n))
+		return
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		kp := joinKey(path, key.Value)
+		if first, dup := seen[key.Value]; dup {
+			d.fail(kp, key.Line, "set twice (first on line %d); keep one", first)
+			continue
+		}
+		seen[key.Value] = key.Line
+		idx, ok := fields.index[key.Value]
+		if !ok {
+			d.fail(kp, key.Line, "unknown key%s; known keys here: %s", suggest(key.Value, fields.names), strings.Join(fields.names, ", "))
+			continue
+		}
+		d.lines[kp] = key.Line
+		d.value(kp, val, v.Field(idx))
+	}
+}
+
+func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
+	if n.Kind != yaml.SequenceNode {
+		d.badValue(path, n.Line, "want a list (items starting with \"- \"), got %s", shape(n))
+		return
+	}
+	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	for i, item := range n.Content {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		d.lines[ip] = item.Line
+		d.value(ip, item, s.Index(i))
+	}
+	v.Set(s)
+}
+
+// structFields maps the YAML keys of a struct type to its field indexes.
+type structFields struct {
+	index map[string]int
+	names []string // in declaration order, for messages
+}
+
+func fieldsOf(t reflect.Type) structFields {
+	f := structFields{index: map[string]int{}}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name == "" || !t.Field(i).IsExported() {
+			continue
+		}
+		f.index[name] = i
+		f.names = append(f.names, name)
+	}
+	return f
+}
+
+// want describes what a value of type t looks like in YAML.
+func want(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "a duration such as 30s, 5m or 1h30m"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() == reflect.Int:
+		return "a whole number"
+	}
+	return "a single value"
+}
+
+// shape names the kind of YAML node found where another was wanted.
+func shape(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return fmt.Sprintf("%q", n.Value)
+}
+
+func joinKey(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// suggest returns ` (did you mean "x"?)` when key is a likely misspelling of
+// a known name, else "". Short keys get less slack, so "foo" does not turn
+// into a suggestion of "log".
+func suggest(key string, names []string) string {
+	limit := 1
+	if len(key) > 4 {
+		limit = 2
+	}
+	best, bestDist := "", limit+1
+	for _, n := range names {
+		if dist := editDistance(key, n); dist < bestDist {
+			best, bestDist = n, dist
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance counts the single-character insertions, deletions,
+// substitutions and adjacent swaps that turn a into b; a swap counts once
+// because "levle" for "level" is one slip of the fingers.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}

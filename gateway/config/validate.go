@@ -1,0 +1,290 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalid is what every *Error wraps, for errors.Is.
+var ErrInvalid = errors.New("config: invalid configuration")
+
+// Problem is one thing wrong in a configuration: where, and what would be right.
+type Problem struct {
+	File string // file name, empty for a Config built in code
+	Line int    // 1-based line, 0 when unknown
+	Path string // key path such as listeners[1].address; empty for the whole file
+	Msg  string
+}
+
+// String formats the problem as file:line: path: message, leaving out what is unknown.
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.File != "" {
+		b.WriteString(p.File)
+		if p.Line > 0 {
+			fmt.Fprintf(&b, ":%d", p.Line)
+		}
+		b.WriteString(": ")
+	}
+	if p.Path != "" {
+		b.WriteString(p.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Msg)
+	return b.String()
+}
+
+// Error lists every problem found in one configuration.
+type Error struct {
+	Problems []Problem
+}
+
+// Error returns all problems, one per line.
+func (e *Error) Error() string {
+	if len(e.Problems) == 1 {
+		return "config: " + e.Problems[0].String()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "config: %d problems:", len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n\t")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// newError orders problems as they appear in the file, so a reader can fix
+// them top to bottom.
+func newError(ps []Problem) *Error {
+	slices.SortStableFunc(ps, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
+	return &Error{Problems: ps}
+}
+
+// source records where a Config was read from.
+type source struct {
+	file  string
+	lines map[string]int
+}
+
+// line returns the line path was written on, or that of its nearest written
+// ancestor: a missing listeners[1].tls.cert points at listeners[1].tls.
+func (s source) line(path string) int {
+	for {
+		if l, ok := s.lines[path]; ok {
+			return l
+		}
+		if path == "" {
+			return 0
+		}
+		path = path[:max(strings.LastIndexAny(path, ".["), 0)]
+	}
+}
+
+// Validate checks the whole configuration and returns an *Error listing every
+// problem, or nil. It checks shape only: it opens no files and binds no sockets.
+func (c *Config) Validate() error {
+	if ps := c.problems(); len(ps) > 0 {
+		return newError(ps)
+	}
+	return nil
+}
+
+// MQTT limits that bound configuration values.
+const (
+	// The Remaining Length field carries at most 268,435,455 bytes, after
+	// one type byte and up to four length bytes (MQTT 3.1.1 and 5.0, §2.2.3
+	// and §2.1.4).
+	maxMQTTPacket = 1 + 4 + 268_435_455
+	// Keep Alive is a two-byte count of seconds (3.1.1 §3.1.2.10, 5.0 §3.1.2.10).
+	maxMQTTKeepalive = 65535 * time.Second
+)
+
+// checker accumulates problems for one Validate run.
+type checker struct {
+	src      source
+	problems []Problem
+}
+
+func (k *checker) fail(path, format string, args ...any) {
+	k.problems = append(k.problems, Problem{File: k.src.file, Line: k.src.line(path), Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// where names path for a message about another key, with its line when known.
+func (k *checker) where(path string) string {
+	if l := k.src.line(path); l > 0 {
+		return fmt.Sprintf("%s (line %d)", path, l)
+	}
+	return path
+}
+
+func (c *Config) problems() []Problem {
+	k := &checker{src: c.src}
+
+	k.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	k.oneOf("log.format", c.Log.Format, "text", "json")
+
+	switch p := c.Storage.Path; {
+	case p == "":
+		k.fail("storage.path", "required: the state database file, such as /var/lib/fieldgate/state.db")
+	case strings.HasSuffix(p, "/"):
+		k.fail("storage.path", "%q names a directory; name the file, such as %sstate.db", p, p)
+	}
+
+	if n := c.Broker.MaxPacketSize; n < 1 || n > maxMQTTPacket {
+		k.fail("broker.max_packet_size", "%d is out of range; use 1 to %d bytes (the largest packet MQTT can encode)", n, maxMQTTPacket)
+	}
+	if ka := c.Broker.MaxKeepalive; ka < time.Second || ka > maxMQTTKeepalive || ka%time.Second != 0 {
+		k.fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
+	}
+
+	names := map[string]string{}
+	var bound []boundAddr
+	for i, l := range c.Listeners {
+		p := fmt.Sprintf("listeners[%d]", i)
+		k.name(p+".name", l.Name, names)
+		k.listener(p, l, &bound)
+	}
+
+	if a := c.Ops.Address; a != "" {
+		if k.hostPort("ops.address", a, "127.0.0.1:9100") {
+			k.claim(&bound, "ops.address", "tcp", a)
+		}
+	}
+
+	names = map[string]string{}
+	for i, s := range c.Sensors {
+		p := fmt.Sprintf("sensors[%d]", i)
+		k.name(p+".name", s.Name, names)
+		if s.Kind == "" {
+			k.fail(p+".kind", "required: the driver, such as simulated or bme280")
+		}
+		if s.Interval <= 0 {
+			k.fail(p+".interval", "must be positive, such as 10s")
+		}
+	}
+	return k.problems
+}
+
+func (k *checker) oneOf(path, got string, allowed ...string) {
+	for _, a := range allowed {
+		if got == a {
+			return
+		}
+	}
+	k.fail(path, "%q is not allowed; use one of %s", got, strings.Join(allowed, ", "))
+}
+
+// name checks a listener or sensor name. Names become log fields, metric
+// labels and (for sensors) MQTT topic levels, so they are kept to characters
+// that are safe in all three; seen maps names to the path that first used them.
+func (k *checker) name(path, name string, seen map[string]string) {
+	if name == "" {
+		k.fail(path, "required: a short unique name such as %q", "greenhouse-1")
+		return
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			k.fail(path, "%q contains %q; use letters, digits, - and _", name, r)
+			return
+		}
+	}
+	if first, dup := seen[name]; dup {
+		k.fail(path, "%q is already the name of %s; names must be unique", name, k.where(strings.TrimSuffix(first, ".name")))
+		return
+	}
+	seen[name] = path
+}
+
+// examplePort is the customary port per listener type, used in hints.
+var examplePort = map[ListenerType]string{
+	ListenerTCP: "1883", ListenerTLS: "8883", ListenerWS: "8080", ListenerWSS: "8443",
+}
+
+func (k *checker) listener(p string, l Listener, bound *[]boundAddr) {
+	switch l.Type {
+	case ListenerTCP, ListenerTLS, ListenerWS, ListenerWSS:
+		if l.Address == "" {
+			k.fail(p+".address", "required: host:port, such as 127.0.0.1:%s", examplePort[l.Type])
+		} else if k.hostPort(p+".address", l.Address, "127.0.0.1:"+examplePort[l.Type]) {
+			k.claim(bound, p+".address", "tcp", l.Address)
+		}
+	case ListenerUnix:
+		if l.Address == "" {
+			k.fail(p+".address", "required: the socket path, such as /run/fieldgate/mqtt.sock")
+		} else {
+			k.claim(bound, p+".address", "unix", l.Address)
+		}
+	case "":
+		k.fail(p+".type", "required: one of tcp, tls, ws, wss, unix")
+	default:
+		k.fail(p+".type", "%q is not allowed; use one of tcp, tls, ws, wss, unix", l.Type)
+	}
+
+	secure := l.Type == ListenerTLS || l.Type == ListenerWSS
+	if secure && l.TLS.Cert == "" {
+		k.fail(p+".tls.cert", "required for a %s listener: the PEM certificate file", l.Type)
+	}
+	if secure && l.TLS.Key == "" {
+		k.fail(p+".tls.key", "required for a %s listener: the PEM private key file", l.Type)
+	}
+	if !secure && l.Type != "" && l.TLS != (TLS{}) {
+		k.fail(p+".tls", "set, but type is %s; use type tls or wss, or remove tls", l.Type)
+	}
+}
+
+// hostPort checks a TCP address and reports whether it is usable; example is
+// a correct address to show.
+func (k *checker) hostPort(path, addr, example string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		k.fail(path, "%q is not host:port; use something like %s, or :%s for every interface", addr, example, example[strings.LastIndex(example, ":")+1:])
+		return false
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		k.fail(path, "port %q is not a number from 0 to 65535; use something like %s", port, example)
+		return false
+	}
+	return true
+}
+
+// boundAddr is an address some listener or endpoint will bind.
+type boundAddr struct {
+	path    string
+	network string // tcp or unix
+	addr    string
+}
+
+// claim reports addr when an earlier entry already binds it. A wildcard host
+// clashes with every host on the same port, as it does for bind(2) on Linux;
+// port 0 (pick any free port) clashes with nothing.
+func (k *checker) claim(bound *[]boundAddr, path, network, addr string) {
+	for _, b := range *bound {
+		if b.network == network && sameSocket(network, b.addr, addr) {
+			k.fail(path, "%s is also bound by %s; give each its own address", addr, k.where(b.path))
+			return
+		}
+	}
+	*bound = append(*bound, boundAddr{path, network, addr})
+}
+
+func sameSocket(network, a, b string) bool {
+	if network == "unix" {
+		return a == b
+	}
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || pa == "0" {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wild(ha) || wild(hb)
+}

@@ -1,0 +1,48 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/config"
+)
+
+func TestRunReturnsWhenContextCancelled(t *testing.T) {
+	// Read only after Run has returned, so a plain buffer is safe.
+	var out bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, config.Default(), log) }()
+
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned before cancel: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v, want nil after cancel", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5s of cancel")
+	}
+	for _, want := range []string{"gateway started", "gateway stopped"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestRunWithoutConfig(t *testing.T) {
+	if err := Run(context.Background(), nil, nil); err == nil {
+		t.Fatal("Run(nil config) = nil, want an error")
+	}
+}
