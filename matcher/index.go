@@ -1,10 +1,12 @@
 package matcher
 
 import (
-	"hash/maphash"
+	"encoding/binary"
 	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 // Tuning constants.
@@ -110,7 +112,7 @@ type probe struct {
 // filters match it. See the package documentation for its structure.
 type Index struct {
 	mu    sync.RWMutex
-	seed  maphash.Seed
+	seed  uint64 // secret start of every level hash
 	slots []slot
 	used  int // filled slots
 
@@ -119,10 +121,12 @@ type Index struct {
 	lists     []subList
 	freeLists []uint32
 
-	shapes  map[shapeKey]int // entries per shape
-	byDepth [maxShapeDepth + 1][]probe
-	hashes  []probe // shapes ending in '#', by depth
-	deep    []uint32
+	shapes map[shapeKey]int // entries per shape
+	// probes[n] lists the shapes a topic of n levels can match: those of n
+	// levels without '#', and those ending in '#' after at most n levels;
+	// probes[maxShapeDepth+1] serves topics deeper than maxShapeDepth.
+	probes [maxShapeDepth + 2][]probe
+	deep   []uint32
 
 	offline []uint64 // bit set of handles marked offline
 	subs    int
@@ -131,7 +135,7 @@ type Index struct {
 // NewIndex returns an empty index.
 func NewIndex() *Index {
 	return &Index{
-		seed:   maphash.MakeSeed(),
+		seed:   rand.Uint64(),
 		slots:  make([]slot, minSlots),
 		shapes: make(map[shapeKey]int),
 	}
@@ -169,15 +173,96 @@ func mix64(h uint64) uint64 {
 	return h
 }
 
-// levelTerm is the contribution of one literal level at position i. A key is
-// the sum of the terms of a filter's literal levels, so a topic's key for
-// any shape is its prefix sum less the terms at the shape's '+' levels.
-func (x *Index) levelTerm(level string, i int) uint64 {
-	return mix64(maphash.String(x.seed, level) ^ (uint64(i+1) * 0x9e3779b97f4a7c15))
+// Level hashing. A level's hash is seeded with the index's secret and
+// reads the level a word at a time; a finaliser then spreads it and an odd
+// constant of the level's position multiplies it, so that "a/b" and "b/a"
+// differ. That product is the level's term. A filter's key is the sum of the
+// terms of its literal levels plus its shape's salt, so a topic's key for
+// any shape is its prefix sum up to the shape's depth, less the terms at the
+// shape's '+' levels, plus the salt. The secret seed keeps crafted topics
+// from piling up in one probe run.
+const (
+	hashK1 = 0x9e3779b97f4a7c15
+	hashK2 = 0xd6e8feb86659fd93
+)
+
+// A level is hashed in 8-byte chunks taken from its first byte, the last
+// chunk zero-padded; each chunk is folded in with a multiplication. Topics
+// are scanned with the same chunks, which also find the '/' separators a
+// word at a time, so hashing a topic is one pass with no call per level.
+const (
+	ones   = 0x0101010101010101
+	highs  = 0x8080808080808080
+	slash8 = 0x2f2f2f2f2f2f2f2f // '/' in every byte
+)
+
+// load returns the bytes of b from i on, at most 8, little-endian, as the
+// low bytes of a word. Bytes past the end of b read as zero; bytes past the
+// level being hashed must be masked by the caller.
+func load(b []byte, i int) uint64 {
+	if i+8 <= len(b) {
+		return binary.LittleEndian.Uint64(b[i:])
+	}
+	if len(b) >= 8 {
+		return binary.LittleEndian.Uint64(b[len(b)-8:]) >> (8 * uint(i+8-len(b)))
+	}
+	var w uint64
+	for k := len(b) - 1; k >= i; k-- {
+		w = w<<8 | uint64(b[k])
+	}
+	return w
 }
 
+// lowBytes keeps the low n bytes of a word, n <= 8.
+func lowBytes(w uint64, n int) uint64 {
+	if n >= 8 {
+		return w
+	}
+	return w & (1<<(8*uint(n)) - 1)
+}
+
+// fold mixes one chunk into a level hash.
+func fold(h, w uint64) uint64 {
+	h = (h ^ w) * hashK1
+	return h ^ h>>29
+}
+
+// bytesOf views a string's bytes without copying; they are only read.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// levelHash hashes one level the way topicSums hashes a topic's levels.
+func (x *Index) levelHash(level string) uint64 {
+	b := bytesOf(level)
+	h := x.seed
+	for i := 0; i < len(b); i += 8 {
+		h = fold(h, lowBytes(load(b, i), len(b)-i))
+	}
+	return h + uint64(len(b))
+}
+
+// levelTerm turns the hash of the level at position i into its term.
+func levelTerm(h uint64, i int) uint64 {
+	h ^= h >> 32
+	h *= hashK2
+	h ^= h >> 29
+	return h * positionFactor[i]
+}
+
+// literalTerm is the term of a literal filter level at position i.
+func (x *Index) literalTerm(level string, i int) uint64 {
+	return levelTerm(x.levelHash(level), i)
+}
+
+// positionFactor holds an odd multiplier per level position.
+var positionFactor = func() (f [maxShapeDepth]uint64) {
+	for i := range f {
+		f[i] = mix64(uint64(i)+1) | 1
+	}
+	return f
+}()
+
 // finish turns a sum of level terms into the key of one shape.
-func finish(sum, salt uint64) uint64 { return mix64(sum + salt) }
+func finish(sum, salt uint64) uint64 { return sum + salt }
 
 func (k shapeKey) salt() uint64 {
 	v := uint64(k.plus)<<16 | uint64(k.depth)<<1
@@ -208,7 +293,7 @@ func (x *Index) analyse(filter string) (k shapeKey, key uint64, deep bool) {
 		if level == "+" {
 			k.plus |= 1 << n
 		} else {
-			sum += x.levelTerm(level, n)
+			sum += x.literalTerm(level, n)
 		}
 		if end < 0 {
 			n++
@@ -454,20 +539,21 @@ func (x *Index) addShape(k shapeKey, delta int) {
 	x.rebuildProbes()
 }
 
-// rebuildProbes lays out the shapes for Match: shapes without '#' by level
-// count, shapes with '#' in one list. It runs only when a shape appears or
-// disappears, which real fleets do a handful of times.
+// rebuildProbes lays out the shapes for Match, by topic depth. It runs only
+// when a shape appears or disappears, which real fleets do a handful of
+// times.
 func (x *Index) rebuildProbes() {
-	for i := range x.byDepth {
-		x.byDepth[i] = x.byDepth[i][:0]
+	for i := range x.probes {
+		x.probes[i] = x.probes[i][:0]
 	}
-	x.hashes = x.hashes[:0]
 	for k := range x.shapes {
 		p := probe{plus: k.plus, depth: k.depth, wild: k.plus != 0 || k.hash, salt: k.salt()}
-		if k.hash {
-			x.hashes = append(x.hashes, p)
-		} else {
-			x.byDepth[k.depth] = append(x.byDepth[k.depth], p)
+		if !k.hash {
+			x.probes[k.depth] = append(x.probes[k.depth], p)
+			continue
+		}
+		for n := int(k.depth); n < len(x.probes); n++ {
+			x.probes[n] = append(x.probes[n], p)
 		}
 	}
 }
@@ -563,32 +649,33 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 	defer x.mu.RUnlock()
 
 	// sums[i] is the sum of the terms of the topic's first i levels.
-	var sums [maxShapeDepth + 1]uint64
-	n, deep := 0, false
-	for start := 0; ; {
-		if n == maxShapeDepth {
-			deep = true
-			break
-		}
-		end := strings.IndexByte(topic[start:], '/')
-		if end < 0 {
-			sums[n+1] = sums[n] + x.levelTerm(topic[start:], n)
-			n++
-			break
-		}
-		sums[n+1] = sums[n] + x.levelTerm(topic[start:start+end], n)
-		n++
-		start += end + 1
+	sums := &r.sums
+	n, deep := x.topicSums(topic, sums)
+	probes := x.probes[n]
+	if deep {
+		probes = x.probes[maxShapeDepth+1]
 	}
-
-	if !deep {
-		for _, p := range x.byDepth[n] {
-			x.probe(&sums, p, topic, r)
+	mask := uint32(len(x.slots) - 1)
+	for _, p := range probes {
+		sum := sums[p.depth]
+		for plus := p.plus; plus != 0; plus &= plus - 1 {
+			i := bits.TrailingZeros32(plus)
+			sum -= sums[i+1] - sums[i]
 		}
-	}
-	for _, p := range x.hashes {
-		if int(p.depth) <= n {
-			x.probe(&sums, p, topic, r)
+		tag := uint32(finish(sum, p.salt))
+		for i := tag & mask; ; i = (i + 1) & mask {
+			s := x.slots[i]
+			if s.idx == 0 {
+				break
+			}
+			if s.tag != tag {
+				continue
+			}
+			f, _ := innerFilter(x.entry(s.idx - 1).filter)
+			// Hashes only prune: every candidate is checked against the topic.
+			if f == topic || p.wild && Matches(f, topic) {
+				r.cands = append(r.cands, s.idx-1)
+			}
 		}
 	}
 	if deep {
@@ -602,27 +689,40 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 	x.collect(publisher, r)
 }
 
-// probe looks up one shape's key and verifies each entry found under it.
-func (x *Index) probe(sums *[maxShapeDepth + 1]uint64, p probe, topic string, r *Result) {
-	sum := sums[p.depth]
-	for plus := p.plus; plus != 0; plus &= plus - 1 {
-		i := bits.TrailingZeros32(plus)
-		sum -= sums[i+1] - sums[i]
-	}
-	tag := uint32(finish(sum, p.salt))
-	mask := uint32(len(x.slots) - 1)
-	for i := tag & mask; ; i = (i + 1) & mask {
-		s := x.slots[i]
-		if s.idx == 0 {
-			return
+// topicSums hashes the topic's levels into prefix sums of their terms. It
+// returns the number of levels hashed and whether more than maxShapeDepth
+// levels follow, in which case only the first maxShapeDepth are hashed.
+func (x *Index) topicSums(topic string, sums *[maxShapeDepth + 1]uint64) (n int, deep bool) {
+	b := bytesOf(topic)
+	h, start := x.seed, 0
+	for pos := 0; ; {
+		w := load(b, pos)
+		avail := len(b) - pos
+		// A zero byte in w^slash8 is a '/': the lowest one is found exactly.
+		t := w ^ slash8
+		if z := (t - ones) &^ t & highs; z != 0 {
+			if k := bits.TrailingZeros64(z) >> 3; k < avail {
+				if k > 0 {
+					h = fold(h, lowBytes(w, k))
+				}
+				sums[n+1] = sums[n] + levelTerm(h+uint64(pos+k-start), n)
+				n++
+				if n == maxShapeDepth {
+					return n, true
+				}
+				pos += k + 1
+				h, start = x.seed, pos
+				continue
+			}
 		}
-		if s.tag != tag {
-			continue
+		if avail <= 8 {
+			if avail > 0 {
+				h = fold(h, lowBytes(w, avail))
+			}
+			sums[n+1] = sums[n] + levelTerm(h+uint64(len(b)-start), n)
+			return n + 1, false
 		}
-		f, _ := innerFilter(x.entry(s.idx - 1).filter)
-		// Hashes only prune: every candidate is checked against the topic.
-		if f == topic || p.wild && Matches(f, topic) {
-			r.cands = append(r.cands, s.idx-1)
-		}
+		h = fold(h, w)
+		pos += 8
 	}
 }

@@ -37,6 +37,7 @@ type Result struct {
 	seen   []seenSlot
 	seenN  int // slots of seen in use, 0 while deduplicating by linear scan
 	sorted int // Deliveries[:sorted] is sorted by handle
+	sums   [maxShapeDepth + 1]uint64
 }
 
 // IDs appends the subscription identifiers of r.Deliveries[i] to dst.
@@ -66,6 +67,21 @@ func (r *Result) reset() {
 // copied as it is and the others are merged into it: by binary search in
 // that sorted run, then among the deliveries added after it.
 func (x *Index) collect(pub Handle, r *Result) {
+	if len(r.cands) == 1 {
+		// The common cases: one filter matched, nothing to merge.
+		e := x.entry(r.cands[0])
+		switch {
+		case e.list == 0:
+			if s := e.one[0]; s.opts&NoLocal == 0 || s.handle != pub {
+				r.Deliveries = append(r.Deliveries, Delivery{Handle: s.handle, ID: s.id, Opts: s.opts})
+			}
+		case isShared(e.filter):
+			x.pickShared(&x.lists[e.list-1], r)
+		default:
+			x.mergeAll(0, pub, r)
+		}
+		return
+	}
 	base, most := -1, 0
 	for ci, ei := range r.cands {
 		if n := x.members(ei); n > most {

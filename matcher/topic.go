@@ -161,38 +161,37 @@ func SplitShared(filter string) (group, inner string, ok bool) {
 
 // Matches reports whether a valid, non-shared filter matches a valid topic
 // name. It is the verification every index candidate passes, and the check
-// ACLs and retained lookups use.
+// ACLs and retained lookups use. Between wildcards a filter is a literal run
+// that the topic must repeat byte for byte, so it compares whole runs.
 func Matches(filter, topic string) bool {
 	// A leading wildcard never matches a topic beginning with '$' [MQTT-4.7.2-1].
 	if topic != "" && topic[0] == '$' && filter != "" && (filter[0] == '+' || filter[0] == '#') {
 		return false
 	}
 	for {
-		fi := strings.IndexByte(filter, '/')
-		fl := filter
-		if fi >= 0 {
-			fl = filter[:fi]
+		// In a valid filter the first '+' or '#' is a whole level, and a
+		// '#' can only be the last byte.
+		w := strings.IndexByte(filter, '+')
+		if w < 0 {
+			if n := len(filter); n == 0 || filter[n-1] != '#' {
+				return filter == topic
+			}
+			w = len(filter) - 1
 		}
-		if fl == "#" {
+		if len(topic) < w || topic[:w] != filter[:w] {
+			// "a/#" also matches its parent "a" [MQTT-4.7.1-1].
+			return filter[w] == '#' && w > 0 && topic == filter[:w-1]
+		}
+		if filter[w] == '#' {
 			return true
 		}
-		ti := strings.IndexByte(topic, '/')
-		tl := topic
-		if ti >= 0 {
-			tl = topic[:ti]
+		// '+' takes one topic level, possibly empty.
+		topic = topic[w:]
+		if k := strings.IndexByte(topic, '/'); k >= 0 {
+			topic = topic[k:]
+		} else {
+			topic = ""
 		}
-		if fl != "+" && fl != tl {
-			return false
-		}
-		if fi < 0 {
-			return ti < 0
-		}
-		filter = filter[fi+1:]
-		if ti < 0 {
-			// The topic ended; only a trailing '#' still matches, since it
-			// also matches its parent level [MQTT-4.7.1-1].
-			return filter == "#"
-		}
-		topic = topic[ti+1:]
+		filter = filter[w+1:]
 	}
 }
