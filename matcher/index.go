@@ -105,14 +105,14 @@ type probe struct {
 	plus  uint32
 	depth uint8
 	wild  bool
-	salt  uint64
+	salt  uint32
 }
 
 // Index is the subscription index: it maps a topic to the sessions whose
 // filters match it. See the package documentation for its structure.
 type Index struct {
 	mu    sync.RWMutex
-	seed  uint64 // secret start of every level hash
+	seed  uint // secret start of every level hash
 	slots []slot
 	used  int // filled slots
 
@@ -135,7 +135,7 @@ type Index struct {
 // NewIndex returns an empty index.
 func NewIndex() *Index {
 	return &Index{
-		seed:   rand.Uint64(),
+		seed:   uint(rand.Uint64()),
 		slots:  make([]slot, minSlots),
 		shapes: make(map[shapeKey]int),
 	}
@@ -174,108 +174,120 @@ func mix64(h uint64) uint64 {
 }
 
 // Level hashing. A level's hash is seeded with the index's secret and
-// reads the level a word at a time; a finaliser then spreads it and an odd
-// constant of the level's position multiplies it, so that "a/b" and "b/a"
-// differ. That product is the level's term. A filter's key is the sum of the
-// terms of its literal levels plus its shape's salt, so a topic's key for
-// any shape is its prefix sum up to the shape's depth, less the terms at the
-// shape's '+' levels, plus the salt. The secret seed keeps crafted topics
-// from piling up in one probe run.
+// reads the level a machine word at a time; a finaliser then spreads it and
+// an odd constant of the level's position multiplies it, so that "a/b" and
+// "b/a" differ. That product is the level's 32-bit term. A filter's key is
+// the sum of the terms of its literal levels plus its shape's salt, so a
+// topic's key for any shape is its prefix sum up to the shape's depth, less
+// the terms at the shape's '+' levels, plus the salt. Keys are 32 bits: the
+// table compares no more, and every candidate is verified anyway. Words are
+// the machine's own (8 bytes on 64-bit boards, 4 on ARMv6/v7), so 32-bit
+// targets never pay for 64-bit arithmetic. The secret seed keeps crafted
+// topics from piling up in one probe run.
 const (
-	hashK1 = 0x9e3779b97f4a7c15
-	hashK2 = 0xd6e8feb86659fd93
+	wordBytes = bits.UintSize / 8
+	wordMask  = 1<<bits.UintSize - 1
+	hashK1    = uint(0x9e3779b97f4a7c15 & wordMask)
+	hashK2    = uint(0xd6e8feb86659fd93 & wordMask)
+	ones      = ^uint(0) / 0xff // 0x01 in every byte
+	highs     = ones << 7       // 0x80 in every byte
+	slashes   = ones * '/'      // '/' in every byte
 )
 
-// A level is hashed in 8-byte chunks taken from its first byte, the last
-// chunk zero-padded; each chunk is folded in with a multiplication. Topics
-// are scanned with the same chunks, which also find the '/' separators a
-// word at a time, so hashing a topic is one pass with no call per level.
-const (
-	ones   = 0x0101010101010101
-	highs  = 0x8080808080808080
-	slash8 = 0x2f2f2f2f2f2f2f2f // '/' in every byte
-)
+// A level is hashed in word-sized chunks taken from its first byte, the
+// last chunk zero-padded; each chunk is folded in with a multiplication.
+// Topics are scanned with the same chunks, which also find the '/'
+// separators a word at a time, so hashing a topic is one pass with no call
+// per level.
 
-// load returns the bytes of b from i on, at most 8, little-endian, as the
-// low bytes of a word. Bytes past the end of b read as zero; bytes past the
-// level being hashed must be masked by the caller.
-func load(b []byte, i int) uint64 {
-	if i+8 <= len(b) {
-		return binary.LittleEndian.Uint64(b[i:])
+// load returns the bytes of b from i on, at most a word, little-endian, as
+// the low bytes of a word. Bytes past the end of b read as zero; bytes past
+// the level being hashed must be masked by the caller.
+func load(b []byte, i int) uint {
+	if i+wordBytes <= len(b) {
+		return loadWord(b[i:])
 	}
-	if len(b) >= 8 {
-		return binary.LittleEndian.Uint64(b[len(b)-8:]) >> (8 * uint(i+8-len(b)))
+	if len(b) >= wordBytes {
+		return loadWord(b[len(b)-wordBytes:]) >> (8 * uint(i+wordBytes-len(b)))
 	}
-	var w uint64
+	var w uint
 	for k := len(b) - 1; k >= i; k-- {
-		w = w<<8 | uint64(b[k])
+		w = w<<8 | uint(b[k])
 	}
 	return w
 }
 
-// lowBytes keeps the low n bytes of a word, n <= 8.
-func lowBytes(w uint64, n int) uint64 {
-	if n >= 8 {
+// loadWord reads one little-endian machine word.
+func loadWord(b []byte) uint {
+	if wordBytes == 8 {
+		return uint(binary.LittleEndian.Uint64(b))
+	}
+	return uint(binary.LittleEndian.Uint32(b))
+}
+
+// lowBytes keeps the low n bytes of a word.
+func lowBytes(w uint, n int) uint {
+	if n >= wordBytes {
 		return w
 	}
 	return w & (1<<(8*uint(n)) - 1)
 }
 
 // fold mixes one chunk into a level hash.
-func fold(h, w uint64) uint64 {
+func fold(h, w uint) uint {
 	h = (h ^ w) * hashK1
-	return h ^ h>>29
+	return h ^ h>>(bits.UintSize/2-3)
 }
 
 // bytesOf views a string's bytes without copying; they are only read.
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // levelHash hashes one level the way topicSums hashes a topic's levels.
-func (x *Index) levelHash(level string) uint64 {
+func (x *Index) levelHash(level string) uint {
 	b := bytesOf(level)
 	h := x.seed
-	for i := 0; i < len(b); i += 8 {
+	for i := 0; i < len(b); i += wordBytes {
 		h = fold(h, lowBytes(load(b, i), len(b)-i))
 	}
-	return h + uint64(len(b))
+	return h + uint(len(b))
 }
 
 // levelTerm turns the hash of the level at position i into its term.
-func levelTerm(h uint64, i int) uint64 {
-	h ^= h >> 32
+func levelTerm(h uint, i int) uint32 {
+	h ^= h >> (bits.UintSize / 2)
 	h *= hashK2
-	h ^= h >> 29
-	return h * positionFactor[i]
+	h ^= h >> (bits.UintSize/2 - 3)
+	return uint32(h) * positionFactor[i]
 }
 
 // literalTerm is the term of a literal filter level at position i.
-func (x *Index) literalTerm(level string, i int) uint64 {
+func (x *Index) literalTerm(level string, i int) uint32 {
 	return levelTerm(x.levelHash(level), i)
 }
 
 // positionFactor holds an odd multiplier per level position.
-var positionFactor = func() (f [maxShapeDepth]uint64) {
+var positionFactor = func() (f [maxShapeDepth]uint32) {
 	for i := range f {
-		f[i] = mix64(uint64(i)+1) | 1
+		f[i] = uint32(mix64(uint64(i)+1)) | 1
 	}
 	return f
 }()
 
 // finish turns a sum of level terms into the key of one shape.
-func finish(sum, salt uint64) uint64 { return sum + salt }
+func finish(sum, salt uint32) uint32 { return sum + salt }
 
-func (k shapeKey) salt() uint64 {
+func (k shapeKey) salt() uint32 {
 	v := uint64(k.plus)<<16 | uint64(k.depth)<<1
 	if k.hash {
 		v |= 1
 	}
-	return mix64(v ^ 0x5bd1e9955bd1e995)
+	return uint32(mix64(v ^ 0x5bd1e9955bd1e995))
 }
 
 // analyse returns the shape and key of a valid non-shared filter, or
 // deep=true when it has no shape.
-func (x *Index) analyse(filter string) (k shapeKey, key uint64, deep bool) {
-	var sum uint64
+func (x *Index) analyse(filter string) (k shapeKey, key uint32, deep bool) {
+	var sum uint32
 	n := 0
 	for start := 0; ; n++ {
 		end := strings.IndexByte(filter[start:], '/')
@@ -347,7 +359,7 @@ func (x *Index) Subscribe(h Handle, filter string, opts Options, id uint32) (rep
 		if deep {
 			x.deep = append(x.deep, ei)
 		} else {
-			x.insertSlot(uint32(key), ei)
+			x.insertSlot(key, ei)
 			x.addShape(k, +1)
 		}
 	}
@@ -384,7 +396,7 @@ func (x *Index) Unsubscribe(h Handle, filter string) bool {
 				}
 			}
 		} else {
-			x.deleteSlot(uint32(key), ei)
+			x.deleteSlot(key, ei)
 			x.addShape(k, -1)
 		}
 		*e = entry{}
@@ -394,7 +406,7 @@ func (x *Index) Unsubscribe(h Handle, filter string) bool {
 }
 
 // find locates the entry of filter. Callers hold mu.
-func (x *Index) find(filter string, key uint64, deep bool) (uint32, bool) {
+func (x *Index) find(filter string, key uint32, deep bool) (uint32, bool) {
 	if deep {
 		for _, ei := range x.deep {
 			if x.entry(ei).filter == filter {
@@ -404,7 +416,7 @@ func (x *Index) find(filter string, key uint64, deep bool) (uint32, bool) {
 		return 0, false
 	}
 	mask := uint32(len(x.slots) - 1)
-	tag := uint32(key)
+	tag := key
 	for i := tag & mask; ; i = (i + 1) & mask {
 		s := x.slots[i]
 		if s.idx == 0 {
@@ -662,7 +674,7 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 			i := bits.TrailingZeros32(plus)
 			sum -= sums[i+1] - sums[i]
 		}
-		tag := uint32(finish(sum, p.salt))
+		tag := finish(sum, p.salt)
 		for i := tag & mask; ; i = (i + 1) & mask {
 			s := x.slots[i]
 			if s.idx == 0 {
@@ -673,7 +685,7 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 			}
 			f, _ := innerFilter(x.entry(s.idx - 1).filter)
 			// Hashes only prune: every candidate is checked against the topic.
-			if f == topic || p.wild && Matches(f, topic) {
+			if p.wild && Matches(f, topic) || !p.wild && f == topic {
 				r.cands = append(r.cands, s.idx-1)
 			}
 		}
@@ -692,20 +704,20 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 // topicSums hashes the topic's levels into prefix sums of their terms. It
 // returns the number of levels hashed and whether more than maxShapeDepth
 // levels follow, in which case only the first maxShapeDepth are hashed.
-func (x *Index) topicSums(topic string, sums *[maxShapeDepth + 1]uint64) (n int, deep bool) {
+func (x *Index) topicSums(topic string, sums *[maxShapeDepth + 1]uint32) (n int, deep bool) {
 	b := bytesOf(topic)
 	h, start := x.seed, 0
 	for pos := 0; ; {
 		w := load(b, pos)
 		avail := len(b) - pos
-		// A zero byte in w^slash8 is a '/': the lowest one is found exactly.
-		t := w ^ slash8
+		// A zero byte in w^slashes is a '/': the lowest one is found exactly.
+		t := w ^ slashes
 		if z := (t - ones) &^ t & highs; z != 0 {
-			if k := bits.TrailingZeros64(z) >> 3; k < avail {
+			if k := bits.TrailingZeros(z) >> 3; k < avail {
 				if k > 0 {
 					h = fold(h, lowBytes(w, k))
 				}
-				sums[n+1] = sums[n] + levelTerm(h+uint64(pos+k-start), n)
+				sums[n+1] = sums[n] + levelTerm(h+uint(pos+k-start), n)
 				n++
 				if n == maxShapeDepth {
 					return n, true
@@ -715,14 +727,14 @@ func (x *Index) topicSums(topic string, sums *[maxShapeDepth + 1]uint64) (n int,
 				continue
 			}
 		}
-		if avail <= 8 {
+		if avail <= wordBytes {
 			if avail > 0 {
 				h = fold(h, lowBytes(w, avail))
 			}
-			sums[n+1] = sums[n] + levelTerm(h+uint64(len(b)-start), n)
+			sums[n+1] = sums[n] + levelTerm(h+uint(len(b)-start), n)
 			return n + 1, false
 		}
 		h = fold(h, w)
-		pos += 8
+		pos += wordBytes
 	}
 }

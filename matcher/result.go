@@ -37,7 +37,7 @@ type Result struct {
 	seen   []seenSlot
 	seenN  int // slots of seen in use, 0 while deduplicating by linear scan
 	sorted int // Deliveries[:sorted] is sorted by handle
-	sums   [maxShapeDepth + 1]uint64
+	sums   [maxShapeDepth + 1]uint32
 }
 
 // IDs appends the subscription identifiers of r.Deliveries[i] to dst.
@@ -67,18 +67,22 @@ func (r *Result) reset() {
 // copied as it is and the others are merged into it: by binary search in
 // that sorted run, then among the deliveries added after it.
 func (x *Index) collect(pub Handle, r *Result) {
-	if len(r.cands) == 1 {
-		// The common cases: one filter matched, nothing to merge.
-		e := x.entry(r.cands[0])
-		switch {
-		case e.list == 0:
-			if s := e.one[0]; s.opts&NoLocal == 0 || s.handle != pub {
-				r.Deliveries = append(r.Deliveries, Delivery{Handle: s.handle, ID: s.id, Opts: s.opts})
+	// The common case: every matching filter has one subscriber, and there
+	// are few; merge them by a linear scan.
+	simple := len(r.cands) <= linearDedup
+	for _, ei := range r.cands {
+		if !simple {
+			break
+		}
+		simple = x.entry(ei).list == 0
+	}
+	if simple {
+		for _, ei := range r.cands {
+			s := x.entry(ei).one[0]
+			if s.opts&NoLocal != 0 && s.handle == pub {
+				continue
 			}
-		case isShared(e.filter):
-			x.pickShared(&x.lists[e.list-1], r)
-		default:
-			x.mergeAll(0, pub, r)
+			r.mergeLinear(s, 0)
 		}
 		return
 	}
@@ -188,13 +192,7 @@ func (r *Result) merge(s sub) {
 		return
 	}
 	if r.seenN == 0 && len(r.Deliveries)-r.sorted <= linearDedup {
-		for i := r.sorted; i < len(r.Deliveries); i++ {
-			if r.Deliveries[i].Handle == s.handle {
-				r.combine(i, s)
-				return
-			}
-		}
-		r.Deliveries = append(r.Deliveries, Delivery{Handle: s.handle, ID: s.id, Opts: s.opts})
+		r.mergeLinear(s, r.sorted)
 		return
 	}
 	if 2*(len(r.Deliveries)-r.sorted+1) > r.seenN {
@@ -212,6 +210,18 @@ func (r *Result) merge(s sub) {
 			return
 		}
 	}
+}
+
+// mergeLinear merges s into the deliveries from index from on, scanning
+// them one by one, or appends it.
+func (r *Result) mergeLinear(s sub, from int) {
+	for i := from; i < len(r.Deliveries); i++ {
+		if r.Deliveries[i].Handle == s.handle {
+			r.combine(i, s)
+			return
+		}
+	}
+	r.Deliveries = append(r.Deliveries, Delivery{Handle: s.handle, ID: s.id, Opts: s.opts})
 }
 
 // rehash sizes the dedup table for four times the deliveries added after
