@@ -21,39 +21,51 @@
 // A filter's shape is its level count, which of its levels are '+', and
 // whether it ends in '#': "site/+/temp" and "site/+/hum" share a shape,
 // "devices/+/cmd/#" has another, and every exact filter of n levels has the
-// shape "n literal levels". The key of a filter is a 64-bit hash of its
-// literal levels and their positions, salted with its shape. A literal
-// level contributes a seeded hash of its bytes and position, and a key sums
-// the contributions, so a topic is hashed once, level by level, into prefix
-// sums; its key for any shape is then the prefix sum up to the shape's
-// depth less the contributions at the shape's '+' levels. Matching a topic
-// costs one table probe per distinct shape that fits its depth, however
-// many subscriptions there are.
+// shape "n literal levels". A filter's key sums one term per literal level
+// (a seeded hash of the level's bytes times an odd constant of its
+// position) and a salt of its shape. A topic is hashed once, a machine word
+// at a time, into prefix sums of its level terms; its key for any shape is
+// then the prefix sum up to the shape's depth, less the terms at the
+// shape's '+' levels, plus the shape's salt. Matching a topic costs one
+// table probe per distinct shape that fits its depth, however many
+// subscriptions there are.
 //
-// This is the per-level hash and wildcard mask of the topic-hash idea,
-// with its weaknesses removed: instead of one 8-bit checksum per level and a
-// scan over every wildcard subscription, each level contributes 64 bits and
-// the mask (the shape) selects a table key, so wildcard filters are found by
-// lookup; the shape is part of the key, so filters that share a hash but
-// differ in mask never meet; depth is part of the shape, so no level value
-// stands for "absent". Filters deeper than 32 levels have no shape: they sit
-// on a list checked one by one, for topics deeper than 32 levels only.
+// This is the per-level hash and wildcard mask of the topic-hash idea, with
+// its weaknesses removed: instead of one 8-bit checksum per level packed
+// into a word and a scan over every wildcard subscription, each level
+// contributes a full-width term and the mask (the shape) selects a table
+// key, so wildcard filters are found by lookup; the shape is part of the
+// key, so filters that share a hash but differ in mask never meet; depth is
+// part of the shape, so no level value stands for "absent"; and the hash is
+// seeded with a per-index secret, so crafted topics cannot pile up in one
+// probe run. Keys are 32 bits, the width the table compares. Filters
+// deeper than 32 levels have no shape: they sit on a list checked one by
+// one, for topics deeper than 32 levels only.
 //
 // Hashes only prune. Every candidate is verified against the topic with
 // Matches before it is delivered, so collisions cost time, never
 // correctness.
 //
+// The number of distinct shapes bounds the work per publish. Real fleets
+// use a handful; a client subscribing to many differently shaped filters
+// of one depth makes every publish of that depth probe each of them, so
+// the broker must bound subscriptions per client. Shapes reports the count.
+//
 // Entries are compact: the filter string (kept once, as subscribed), and
 // either one inline subscriber (a session handle, the subscription
 // identifier and the options byte, 12 bytes) or the index of a member list
 // sorted by handle. Entries live in fixed pages, so growth never copies the
-// whole index. A table cell is 8 bytes: the low half of the key, which also
-// gives the home cell, and the entry number.
+// whole index. A table cell is 8 bytes: the key, whose low bits are also the
+// home cell, and the entry number. On a 64-bit board a
+// subscription to its own filter costs about 50 bytes besides the filter
+// string; on ARMv6/v7 about 40.
 //
 // Match appends to a caller's Result and allocates nothing once its buffers
-// have grown. Deduplication per session (highest QoS, every identifier) is
-// skipped when one filter matches, scans linearly for a few deliveries, and
-// uses the Result's own hash table beyond that.
+// have grown. Deduplication per session (highest QoS, every identifier)
+// scans linearly while few filters with one subscriber each match;
+// otherwise the largest matching member list, sorted by handle, is copied
+// and the others are merged into it by binary search, with the Result's own
+// hash table for sessions beyond it.
 //
 // # Concurrency
 //

@@ -84,9 +84,9 @@ type subList struct {
 	next uint32 // round-robin cursor of a shared group, advanced atomically
 }
 
-// slot is one cell of the open-addressing table: the low 32 bits of the key
-// (they also give the home cell, so the table regrows and deletes without
-// looking at entries) and the entry index+1, 0 when the cell is empty.
+// slot is one cell of the open-addressing table: the 32-bit key (its low
+// bits are the home cell, so the table regrows and deletes without looking
+// at entries) and the entry index+1, 0 when the cell is empty.
 type slot struct {
 	tag uint32
 	idx uint32
