@@ -15,27 +15,29 @@
 //
 // The index is built for a gateway with little memory and many
 // subscriptions, most of them exact and the rest following a handful of
-// patterns. It is one open-addressing hash table, one entry per stored
-// filter, and a short list of filter shapes.
+// patterns. It keeps one entry per stored filter and, for each distinct
+// filter shape, an open-addressing hash table of those entries.
 //
 // A filter's shape is its level count, which of its levels are '+', and
 // whether it ends in '#': "site/+/temp" and "site/+/hum" share a shape,
 // "devices/+/cmd/#" has another, and every exact filter of n levels has the
-// shape "n literal levels". A filter's key sums one term per literal level
-// (a seeded hash of the level's bytes times an odd constant of its
-// position) and a salt of its shape. A topic is hashed once, a machine word
+// shape "n literal levels". A filter's key, in its shape's table, sums one
+// term per literal level (a seeded hash of the level's bytes times an odd
+// constant of its position). A topic is hashed once, a machine word
 // at a time, into prefix sums of its level terms; its key for any shape is
 // then the prefix sum up to the shape's depth, less the terms at the
-// shape's '+' levels, plus the shape's salt. Matching a topic costs one
-// table probe per distinct shape that fits its depth, however many
-// subscriptions there are.
+// shape's '+' levels. Matching a topic costs one table probe per distinct
+// shape that fits its depth, however many subscriptions there are. A table
+// per shape keeps the tables of the wildcard patterns small, so with a
+// million subscriptions their probes still hit the cache and only the big
+// table of exact filters costs a trip to memory.
 //
 // This is the per-level hash and wildcard mask of the topic-hash idea, with
 // its weaknesses removed: instead of one 8-bit checksum per level packed
 // into a word and a scan over every wildcard subscription, each level
 // contributes a full-width term and the mask (the shape) selects a table
-// key, so wildcard filters are found by lookup; the shape is part of the
-// key, so filters that share a hash but differ in mask never meet; depth is
+// key, so wildcard filters are found by lookup; each shape has its own
+// table, so filters that share a hash but differ in mask never meet; depth is
 // part of the shape, so no level value stands for "absent"; and the hash is
 // seeded with a per-index secret, so crafted topics cannot pile up in one
 // probe run. Keys are 32 bits, the width the table compares. Filters

@@ -28,8 +28,9 @@ const (
 	// unsuccessful search grows with 1/(1-load)².
 	maxLoadNum, maxLoadDen = 3, 4
 
-	// minSlots is the table size of an empty index.
-	minSlots = 64
+	// minSlots is the size of a new shape's table: 128 bytes, since most
+	// shapes hold few filters.
+	minSlots = 16
 
 	// linearDedup is how many deliveries a Result scans linearly for a
 	// session before it switches to its hash table.
@@ -105,23 +106,30 @@ type probe struct {
 	plus  uint32
 	depth uint8
 	wild  bool
-	salt  uint32
+	t     *table
+}
+
+// table is one shape's open-addressing table of entries, keyed by the sum of
+// the level terms of their literal levels. A table per shape keeps the
+// tables of rare shapes small enough to stay in cache, so the probes a
+// publish makes for them rarely reach memory.
+type table struct {
+	slots []slot
+	used  int // filled slots
 }
 
 // Index is the subscription index: it maps a topic to the sessions whose
 // filters match it. See the package documentation for its structure.
 type Index struct {
-	mu    sync.RWMutex
-	seed  uint // secret start of every level hash
-	slots []slot
-	used  int // filled slots
+	mu   sync.RWMutex
+	seed uint // secret start of every level hash
 
 	pages     [][]entry
 	freeEnt   []uint32
 	lists     []subList
 	freeLists []uint32
 
-	shapes map[shapeKey]int // entries per shape
+	shapes map[shapeKey]*table
 	// probes[n] lists the shapes a topic of n levels can match: those of n
 	// levels without '#', and those ending in '#' after at most n levels;
 	// probes[maxShapeDepth+1] serves topics deeper than maxShapeDepth.
@@ -136,8 +144,7 @@ type Index struct {
 func NewIndex() *Index {
 	return &Index{
 		seed:   uint(rand.Uint64()),
-		slots:  make([]slot, minSlots),
-		shapes: make(map[shapeKey]int),
+		shapes: make(map[shapeKey]*table),
 	}
 }
 
@@ -153,7 +160,11 @@ func (x *Index) Len() int {
 func (x *Index) Filters() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.used + len(x.deep)
+	n := len(x.deep)
+	for _, t := range x.shapes {
+		n += t.used
+	}
+	return n
 }
 
 // Shapes returns the number of distinct filter shapes Match probes.
@@ -177,9 +188,9 @@ func mix64(h uint64) uint64 {
 // reads the level a machine word at a time; a finaliser then spreads it and
 // an odd constant of the level's position multiplies it, so that "a/b" and
 // "b/a" differ. That product is the level's 32-bit term. A filter's key is
-// the sum of the terms of its literal levels plus its shape's salt, so a
+// the sum of the terms of its literal levels, kept in its shape's table, so a
 // topic's key for any shape is its prefix sum up to the shape's depth, less
-// the terms at the shape's '+' levels, plus the salt. Keys are 32 bits: the
+// the terms at the shape's '+' levels. Keys are 32 bits: the
 // table compares no more, and every candidate is verified anyway. Words are
 // the machine's own (8 bytes on 64-bit boards, 4 on ARMv6/v7), so 32-bit
 // targets never pay for 64-bit arithmetic. The secret seed keeps crafted
@@ -273,17 +284,6 @@ var positionFactor = func() (f [maxShapeDepth]uint32) {
 	return f
 }()
 
-// finish turns a sum of level terms into the key of one shape.
-func finish(sum, salt uint32) uint32 { return sum + salt }
-
-func (k shapeKey) salt() uint32 {
-	v := uint64(k.plus)<<16 | uint64(k.depth)<<1
-	if k.hash {
-		v |= 1
-	}
-	return uint32(mix64(v ^ 0x5bd1e9955bd1e995))
-}
-
 // analyse returns the shape and key of a valid non-shared filter, or
 // deep=true when it has no shape.
 func (x *Index) analyse(filter string) (k shapeKey, key uint32, deep bool) {
@@ -314,7 +314,7 @@ func (x *Index) analyse(filter string) (k shapeKey, key uint32, deep bool) {
 		start += end + 1
 	}
 	k.depth = uint8(n)
-	return k, finish(sum, k.salt()), false
+	return k, sum, false
 }
 
 func (x *Index) entry(i uint32) *entry {
@@ -353,14 +353,20 @@ func (x *Index) Subscribe(h Handle, filter string, opts Options, id uint32) (rep
 
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ei, found := x.find(filter, key, deep)
+	t := x.shapes[k]
+	ei, found := x.find(t, filter, key, deep)
 	if !found {
 		ei = x.newEntry(filter, shared)
-		if deep {
+		switch {
+		case deep:
 			x.deep = append(x.deep, ei)
-		} else {
-			x.insertSlot(key, ei)
-			x.addShape(k, +1)
+		case t == nil:
+			t = &table{slots: make([]slot, minSlots)}
+			x.shapes[k] = t
+			x.rebuildProbes()
+			fallthrough
+		default:
+			t.insert(key, ei)
 		}
 	}
 	replaced = x.addSub(ei, s)
@@ -381,7 +387,8 @@ func (x *Index) Unsubscribe(h Handle, filter string) bool {
 
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ei, found := x.find(filter, key, deep)
+	t := x.shapes[k]
+	ei, found := x.find(t, filter, key, deep)
 	if !found || !x.removeSub(ei, h) {
 		return false
 	}
@@ -395,9 +402,9 @@ func (x *Index) Unsubscribe(h Handle, filter string) bool {
 					break
 				}
 			}
-		} else {
-			x.deleteSlot(key, ei)
-			x.addShape(k, -1)
+		} else if t.delete(key, ei); t.used == 0 {
+			delete(x.shapes, k)
+			x.rebuildProbes()
 		}
 		*e = entry{}
 		x.freeEnt = append(x.freeEnt, ei)
@@ -405,8 +412,9 @@ func (x *Index) Unsubscribe(h Handle, filter string) bool {
 	return true
 }
 
-// find locates the entry of filter. Callers hold mu.
-func (x *Index) find(filter string, key uint32, deep bool) (uint32, bool) {
+// find locates the entry of filter in its shape's table t (nil when the
+// shape has none yet) or on the deep list. Callers hold mu.
+func (x *Index) find(t *table, filter string, key uint32, deep bool) (uint32, bool) {
 	if deep {
 		for _, ei := range x.deep {
 			if x.entry(ei).filter == filter {
@@ -415,14 +423,16 @@ func (x *Index) find(filter string, key uint32, deep bool) (uint32, bool) {
 		}
 		return 0, false
 	}
-	mask := uint32(len(x.slots) - 1)
-	tag := key
-	for i := tag & mask; ; i = (i + 1) & mask {
-		s := x.slots[i]
+	if t == nil {
+		return 0, false
+	}
+	mask := uint32(len(t.slots) - 1)
+	for i := key & mask; ; i = (i + 1) & mask {
+		s := t.slots[i]
 		if s.idx == 0 {
 			return 0, false
 		}
-		if s.tag == tag && x.entry(s.idx-1).filter == filter {
+		if s.tag == key && x.entry(s.idx-1).filter == filter {
 			return s.idx - 1, true
 		}
 	}
@@ -538,19 +548,6 @@ func (x *Index) removeSub(ei uint32, h Handle) bool {
 	return true
 }
 
-func (x *Index) addShape(k shapeKey, delta int) {
-	n := x.shapes[k] + delta
-	if n > 0 {
-		x.shapes[k] = n
-		if n == delta {
-			x.rebuildProbes()
-		}
-		return
-	}
-	delete(x.shapes, k)
-	x.rebuildProbes()
-}
-
 // rebuildProbes lays out the shapes for Match, by topic depth. It runs only
 // when a shape appears or disappears, which real fleets do a handful of
 // times.
@@ -558,8 +555,8 @@ func (x *Index) rebuildProbes() {
 	for i := range x.probes {
 		x.probes[i] = x.probes[i][:0]
 	}
-	for k := range x.shapes {
-		p := probe{plus: k.plus, depth: k.depth, wild: k.plus != 0 || k.hash, salt: k.salt()}
+	for k, t := range x.shapes {
+		p := probe{plus: k.plus, depth: k.depth, wild: k.plus != 0 || k.hash, t: t}
 		if !k.hash {
 			x.probes[k.depth] = append(x.probes[k.depth], p)
 			continue
@@ -570,58 +567,60 @@ func (x *Index) rebuildProbes() {
 	}
 }
 
-func (x *Index) insertSlot(tag, ei uint32) {
-	if (x.used+1)*maxLoadDen > len(x.slots)*maxLoadNum {
-		x.grow()
+// insert adds the cell of entry ei under key.
+func (t *table) insert(key, ei uint32) {
+	if (t.used+1)*maxLoadDen > len(t.slots)*maxLoadNum {
+		t.grow()
 	}
-	mask := uint32(len(x.slots) - 1)
-	i := tag & mask
-	for x.slots[i].idx != 0 {
+	mask := uint32(len(t.slots) - 1)
+	i := key & mask
+	for t.slots[i].idx != 0 {
 		i = (i + 1) & mask
 	}
-	x.slots[i] = slot{tag: tag, idx: ei + 1}
-	x.used++
+	t.slots[i] = slot{tag: key, idx: ei + 1}
+	t.used++
 }
 
-func (x *Index) grow() {
-	old := x.slots
-	x.slots = make([]slot, 2*len(old))
-	mask := uint32(len(x.slots) - 1)
+// grow doubles the table; the keys in the cells place them again.
+func (t *table) grow() {
+	old := t.slots
+	t.slots = make([]slot, 2*len(old))
+	mask := uint32(len(t.slots) - 1)
 	for _, s := range old {
 		if s.idx == 0 {
 			continue
 		}
 		i := s.tag & mask
-		for x.slots[i].idx != 0 {
+		for t.slots[i].idx != 0 {
 			i = (i + 1) & mask
 		}
-		x.slots[i] = s
+		t.slots[i] = s
 	}
 }
 
-// deleteSlot empties the cell of entry ei and shifts later cells of the
-// probe run back, so the table never needs tombstones.
-func (x *Index) deleteSlot(tag, ei uint32) {
-	mask := uint32(len(x.slots) - 1)
-	i := tag & mask
-	for x.slots[i].idx != ei+1 {
+// delete empties the cell of entry ei and shifts later cells of the probe
+// run back, so the table never needs tombstones.
+func (t *table) delete(key, ei uint32) {
+	mask := uint32(len(t.slots) - 1)
+	i := key & mask
+	for t.slots[i].idx != ei+1 {
 		i = (i + 1) & mask
 	}
 	for j := i; ; {
 		j = (j + 1) & mask
-		if x.slots[j].idx == 0 {
+		if t.slots[j].idx == 0 {
 			break
 		}
-		home := x.slots[j].tag & mask
+		home := t.slots[j].tag & mask
 		// Leave the cell where it is when its home lies cyclically in (i, j].
 		if (i <= j && i < home && home <= j) || (i > j && (i < home || home <= j)) {
 			continue
 		}
-		x.slots[i] = x.slots[j]
+		t.slots[i] = t.slots[j]
 		i = j
 	}
-	x.slots[i] = slot{}
-	x.used--
+	t.slots[i] = slot{}
+	t.used--
 }
 
 // SetOnline marks a session online or offline. Shared groups skip offline
@@ -667,20 +666,20 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 	if deep {
 		probes = x.probes[maxShapeDepth+1]
 	}
-	mask := uint32(len(x.slots) - 1)
 	for _, p := range probes {
 		sum := sums[p.depth]
 		for plus := p.plus; plus != 0; plus &= plus - 1 {
 			i := bits.TrailingZeros32(plus)
 			sum -= sums[i+1] - sums[i]
 		}
-		tag := finish(sum, p.salt)
-		for i := tag & mask; ; i = (i + 1) & mask {
-			s := x.slots[i]
+		slots := p.t.slots
+		mask := uint32(len(slots) - 1)
+		for i := sum & mask; ; i = (i + 1) & mask {
+			s := slots[i]
 			if s.idx == 0 {
 				break
 			}
-			if s.tag != tag {
+			if s.tag != sum {
 				continue
 			}
 			f, _ := innerFilter(x.entry(s.idx - 1).filter)
