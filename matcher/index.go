@@ -35,6 +35,13 @@ const (
 	// linearDedup is how many deliveries a Result scans linearly for a
 	// session before it switches to its hash table.
 	linearDedup = 16
+
+	// cachedCells is the table size, in cells of 8 bytes over all shapes,
+	// up to which Match probes shape by shape. Beyond it (512 KiB, the L2
+	// cache of a Pi Zero 2 W's Cortex-A53 cluster) most probes miss the
+	// cache, and Match first issues every shape's load, then every
+	// candidate's, so that the misses overlap.
+	cachedCells = 1 << 16
 )
 
 // Handle identifies a session in the index: a small integer the broker
@@ -121,8 +128,9 @@ type table struct {
 // Index is the subscription index: it maps a topic to the sessions whose
 // filters match it. See the package documentation for its structure.
 type Index struct {
-	mu   sync.RWMutex
-	seed uint // secret start of every level hash
+	mu    sync.RWMutex
+	seed  uint // secret start of every level hash
+	cells int  // cells in all shape tables
 
 	pages     [][]entry
 	freeEnt   []uint32
@@ -361,12 +369,14 @@ func (x *Index) Subscribe(h Handle, filter string, opts Options, id uint32) (rep
 		case deep:
 			x.deep = append(x.deep, ei)
 		case t == nil:
-			t = &table{slots: make([]slot, minSlots)}
+			t = &table{}
 			x.shapes[k] = t
 			x.rebuildProbes()
 			fallthrough
 		default:
+			before := len(t.slots)
 			t.insert(key, ei)
+			x.cells += len(t.slots) - before
 		}
 	}
 	replaced = x.addSub(ei, s)
@@ -404,6 +414,7 @@ func (x *Index) Unsubscribe(h Handle, filter string) bool {
 			}
 		} else if t.delete(key, ei); t.used == 0 {
 			delete(x.shapes, k)
+			x.cells -= len(t.slots)
 			x.rebuildProbes()
 		}
 		*e = entry{}
@@ -584,7 +595,7 @@ func (t *table) insert(key, ei uint32) {
 // grow doubles the table; the keys in the cells place them again.
 func (t *table) grow() {
 	old := t.slots
-	t.slots = make([]slot, 2*len(old))
+	t.slots = make([]slot, max(minSlots, 2*len(old)))
 	mask := uint32(len(t.slots) - 1)
 	for _, s := range old {
 		if s.idx == 0 {
@@ -646,6 +657,10 @@ func (x *Index) isOffline(h Handle) bool {
 	return w < len(x.offline) && x.offline[w]&(1<<(h&63)) != 0
 }
 
+// wildCand marks a candidate of a wildcard shape in Match; entry numbers
+// stay far below it.
+const wildCand = 1 << 31
+
 // Match resets r and fills r.Deliveries with the sessions whose filters
 // match topic, a valid topic name. Non-shared matches give one Delivery per
 // session with the highest QoS of its matching subscriptions and all their
@@ -666,28 +681,10 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 	if deep {
 		probes = x.probes[maxShapeDepth+1]
 	}
-	for _, p := range probes {
-		sum := sums[p.depth]
-		for plus := p.plus; plus != 0; plus &= plus - 1 {
-			i := bits.TrailingZeros32(plus)
-			sum -= sums[i+1] - sums[i]
-		}
-		slots := p.t.slots
-		mask := uint32(len(slots) - 1)
-		for i := sum & mask; ; i = (i + 1) & mask {
-			s := slots[i]
-			if s.idx == 0 {
-				break
-			}
-			if s.tag != sum {
-				continue
-			}
-			f, _ := innerFilter(x.entry(s.idx - 1).filter)
-			// Hashes only prune: every candidate is checked against the topic.
-			if p.wild && Matches(f, topic) || !p.wild && f == topic {
-				r.cands = append(r.cands, s.idx-1)
-			}
-		}
+	if x.cells > cachedCells {
+		x.probeBatched(probes, topic, r)
+	} else {
+		x.probeEach(probes, topic, r)
 	}
 	if deep {
 		for _, ei := range x.deep {
@@ -698,6 +695,89 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 		}
 	}
 	x.collect(publisher, r)
+}
+
+// key returns the key of probe p's shape for the topic whose prefix
+// sums are in sums.
+func (p *probe) key(sums *[maxShapeDepth + 1]uint32) uint32 {
+	sum := sums[p.depth]
+	for plus := p.plus; plus != 0; plus &= plus - 1 {
+		i := bits.TrailingZeros32(plus)
+		sum -= sums[i+1] - sums[i]
+	}
+	return sum
+}
+
+// probeEach probes one shape after the other and verifies as it goes: the
+// fastest order while the tables fit in the cache.
+func (x *Index) probeEach(probes []probe, topic string, r *Result) {
+	for k := range probes {
+		p := &probes[k]
+		key := p.key(&r.sums)
+		mask := uint32(len(p.t.slots) - 1)
+		for i := key & mask; ; i = (i + 1) & mask {
+			s := p.t.slots[i]
+			if s.idx == 0 {
+				break
+			}
+			if s.tag != key {
+				continue
+			}
+			f, _ := innerFilter(x.entry(s.idx - 1).filter)
+			// Hashes only prune: every candidate is checked against the topic.
+			if p.wild && Matches(f, topic) || !p.wild && f == topic {
+				r.cands = append(r.cands, s.idx-1)
+			}
+		}
+	}
+}
+
+// probeBatched does the work of probeEach in phases, for tables larger than
+// the cache.
+func (x *Index) probeBatched(probes []probe, topic string, r *Result) {
+	// Phase 1: every shape's key and the first cell of its probe run. These
+	// loads do not depend on each other, so in a large index their cache
+	// misses overlap instead of queuing one behind the other.
+	r.firsts = r.firsts[:0]
+	for _, p := range probes {
+		sum := p.key(&r.sums)
+		at := sum & uint32(len(p.t.slots)-1)
+		r.firsts = append(r.firsts, firstCell{key: sum, at: at, cell: p.t.slots[at]})
+	}
+	// Phase 2: walk each probe run and collect the entries with the key.
+	for j, p := range probes {
+		f := r.firsts[j]
+		mask := uint32(len(p.t.slots) - 1)
+		for s, i := f.cell, f.at; s.idx != 0; {
+			if s.tag == f.key {
+				c := s.idx - 1
+				if p.wild {
+					c |= wildCand
+				}
+				r.cands = append(r.cands, c)
+			}
+			i = (i + 1) & mask
+			s = p.t.slots[i]
+		}
+	}
+	// Phase 3: bring in each candidate's entry and the end of its filter
+	// string, again with independent loads, then verify every candidate:
+	// hashes only prune.
+	var touch byte
+	for _, c := range r.cands {
+		f := x.entry(c &^ wildCand).filter
+		touch ^= f[len(f)-1]
+	}
+	r.touch = touch
+	kept := r.cands[:0]
+	for _, c := range r.cands {
+		ei := c &^ wildCand
+		f, _ := innerFilter(x.entry(ei).filter)
+		if c&wildCand == 0 && f == topic || c&wildCand != 0 && Matches(f, topic) {
+			kept = append(kept, ei)
+		}
+	}
+	r.cands = kept
 }
 
 // topicSums hashes the topic's levels into prefix sums of their terms. It

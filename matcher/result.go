@@ -15,6 +15,12 @@ type Delivery struct {
 	more   uint32  // index+1 into Result.ids of further identifiers
 }
 
+// firstCell is a shape's key and the first cell of its probe run in Match.
+type firstCell struct {
+	key, at uint32
+	cell    slot
+}
+
 // idLink chains a delivery's further subscription identifiers.
 type idLink struct {
 	id   uint32
@@ -38,6 +44,8 @@ type Result struct {
 	seenN  int // slots of seen in use, 0 while deduplicating by linear scan
 	sorted int // Deliveries[:sorted] is sorted by handle
 	sums   [maxShapeDepth + 1]uint32
+	firsts []firstCell
+	touch  byte // keeps Match's warming loads from being optimised away
 }
 
 // IDs appends the subscription identifiers of r.Deliveries[i] to dst.
