@@ -131,6 +131,7 @@ type Index struct {
 	mu    sync.RWMutex
 	seed  uint // secret start of every level hash
 	cells int  // cells in all shape tables
+	batch int  // cells beyond which Match probes in phases: cachedCells
 
 	pages     [][]entry
 	freeEnt   []uint32
@@ -153,6 +154,7 @@ func NewIndex() *Index {
 	return &Index{
 		seed:   uint(rand.Uint64()),
 		shapes: make(map[shapeKey]*table),
+		batch:  cachedCells,
 	}
 }
 
@@ -681,7 +683,7 @@ func (x *Index) Match(topic string, publisher Handle, r *Result) {
 	if deep {
 		probes = x.probes[maxShapeDepth+1]
 	}
-	if x.cells > cachedCells {
+	if x.cells > x.batch {
 		x.probeBatched(probes, topic, r)
 	} else {
 		x.probeEach(probes, topic, r)
