@@ -1,6 +1,7 @@
 package matcher
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -83,4 +84,28 @@ func summary(r *Result) []string {
 	}
 	slices.Sort(out)
 	return append(out, fmt.Sprintf("shared=%d", shared))
+}
+
+// TestHandleRange checks the packing of handle and options into one word at
+// its limits, and that handles beyond it are refused.
+func TestHandleRange(t *testing.T) {
+	x := NewIndex()
+	opts := Options(2) | RetainAsPublished | RetainHandlingMask&0x20
+	if _, err := x.Subscribe(MaxHandle, "a/+", opts, 268435455); err != nil {
+		t.Fatalf("subscribe MaxHandle: %v", err)
+	}
+	var r Result
+	x.Match("a/b", NoHandle, &r)
+	if len(r.Deliveries) != 1 {
+		t.Fatalf("got %d deliveries, want 1", len(r.Deliveries))
+	}
+	d := r.Deliveries[0]
+	if d.Handle != MaxHandle || d.Opts != opts || d.ID != 268435455 {
+		t.Fatalf("got handle %d opts %#x id %d, want %d %#x %d", d.Handle, d.Opts, d.ID, MaxHandle, opts, 268435455)
+	}
+	for _, h := range []Handle{NoHandle, MaxHandle + 1} {
+		if _, err := x.Subscribe(h, "a/b", 1, 0); !errors.Is(err, ErrNoHandle) {
+			t.Errorf("Subscribe(handle %d): got %v, want ErrNoHandle", h, err)
+		}
+	}
 }

@@ -54,13 +54,15 @@
 // the broker must bound subscriptions per client. Shapes reports the count.
 //
 // Entries are compact: the filter string (kept once, as subscribed), and
-// either one inline subscriber (a session handle, the subscription
-// identifier and the options byte, 12 bytes) or the index of a member list
-// sorted by handle. Entries live in fixed pages, so growth never copies the
-// whole index. A table cell is 8 bytes: the key, whose low bits are also the
-// home cell, and the entry number. On a 64-bit board a
-// subscription to its own filter costs about 50 bytes besides the filter
-// string; on ARMv6/v7 about 40.
+// one 8-byte cell holding either the only subscriber (the session handle
+// and the options bits in one word, the subscription identifier in the
+// other) or the index of a member list of such cells, sorted by handle.
+// Entries live in fixed pages, so growth never copies the whole index. A
+// table cell is 8 bytes: the key, which scaled to the table size gives the
+// home cell, and the entry number. Tables grow by half rather than double,
+// so they stay between half and three quarters full. With a million
+// subscriptions a subscription costs about 42 bytes besides its filter
+// string on a 64-bit board and about 32 on ARMv6/v7.
 //
 // Match appends to a caller's Result and allocates nothing once its buffers
 // have grown. Deduplication per session (highest QoS, every identifier)

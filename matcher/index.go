@@ -69,21 +69,51 @@ func (o Options) QoS() byte { return byte(o & QoSMask) }
 // RetainHandling returns the retain handling value 0, 1 or 2.
 func (o Options) RetainHandling() byte { return byte(o&RetainHandlingMask) >> 4 }
 
-// sub is one subscriber of a filter: 12 bytes.
+// sub is one subscriber of a filter in 8 bytes: the session handle and the
+// options byte's six bits share one word, the subscription identifier
+// (at most 28 bits in MQTT) has the other. In an entry's inline cell, the
+// QoS value 3, which is never granted, marks a reference to a member list
+// instead.
 type sub struct {
-	handle Handle
-	id     uint32
-	opts   Options
+	ho uint32 // handle<<6 | options
+	id uint32
 }
 
-// entry is one stored filter: 32 bytes on 64-bit, 24 on 32-bit. A filter
+// MaxHandle is the largest session handle the index stores: handles share
+// a word with the subscription options.
+const MaxHandle Handle = 1<<26 - 1
+
+// listMark in the QoS bits of an inline cell marks a list reference.
+const listMark = 3
+
+func newSub(h Handle, opts Options, id uint32) sub {
+	return sub{ho: uint32(h)<<6 | uint32(opts&0x3f), id: id}
+}
+
+func (s sub) handle() Handle { return Handle(s.ho >> 6) }
+func (s sub) opts() Options  { return Options(s.ho & 0x3f) }
+
+// delivery is the Delivery of this subscriber alone.
+func (s sub) delivery() Delivery { return Delivery{Handle: s.handle(), ID: s.id, Opts: s.opts()} }
+
+// entry is one stored filter: 24 bytes on 64-bit, 16 on 32-bit. A filter
 // with one subscriber keeps it inline; more subscribers, and every shared
-// group, use a subList.
+// group, use a subList, referenced from the same cell.
 type entry struct {
 	filter string // as subscribed, "$share/g/..." included
-	one    [1]sub // the only subscriber when list == 0
-	list   uint32 // index+1 into Index.lists, 0 when none
+	one    [1]sub // the only subscriber, a list reference, or zero when empty
 }
+
+// list returns the index+1 of the entry's member list, 0 when it has none.
+func (e *entry) list() uint32 {
+	if s := e.one[0]; s.ho&uint32(QoSMask) == listMark {
+		return s.ho >> 6
+	}
+	return 0
+}
+
+// setList makes the entry refer to member list li (index+1).
+func (e *entry) setList(li uint32) { e.one[0] = sub{ho: li<<6 | listMark} }
 
 // subList holds the members of a filter with several subscribers, sorted by
 // handle so that a session is found by binary search.
@@ -92,9 +122,9 @@ type subList struct {
 	next uint32 // round-robin cursor of a shared group, advanced atomically
 }
 
-// slot is one cell of the open-addressing table: the 32-bit key (its low
-// bits are the home cell, so the table regrows and deletes without looking
-// at entries) and the entry index+1, 0 when the cell is empty.
+// slot is one cell of the open-addressing table: the 32-bit key (it gives
+// the home cell, so the table regrows and deletes without looking at
+// entries) and the entry index+1, 0 when the cell is empty.
 type slot struct {
 	tag uint32
 	idx uint32
@@ -351,7 +381,7 @@ func (x *Index) Subscribe(h Handle, filter string, opts Options, id uint32) (rep
 	if err := ValidateFilter(filter); err != nil {
 		return false, err
 	}
-	if h == NoHandle {
+	if h == NoHandle || h > MaxHandle {
 		return false, &Error{"filter", filter, -1, ErrNoHandle}
 	}
 	inner, shared := innerFilter(filter)
@@ -359,7 +389,7 @@ func (x *Index) Subscribe(h Handle, filter string, opts Options, id uint32) (rep
 		return false, &Error{"filter", filter, -1, ErrShareNoLocal}
 	}
 	k, key, deep := x.analyse(inner)
-	s := sub{handle: h, id: id, opts: opts}
+	s := newSub(h, opts, id)
 
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -406,7 +436,7 @@ func (x *Index) Unsubscribe(h Handle, filter string) bool {
 	}
 	x.subs--
 	e := x.entry(ei)
-	if e.list == 0 && e.one[0].handle == NoHandle {
+	if e.one[0] == (sub{}) {
 		if deep {
 			for i, d := range x.deep {
 				if d == ei {
@@ -439,8 +469,7 @@ func (x *Index) find(t *table, filter string, key uint32, deep bool) (uint32, bo
 	if t == nil {
 		return 0, false
 	}
-	mask := uint32(len(t.slots) - 1)
-	for i := key & mask; ; i = (i + 1) & mask {
+	for i := t.home(key); ; i = t.next(i) {
 		s := t.slots[i]
 		if s.idx == 0 {
 			return 0, false
@@ -469,7 +498,7 @@ func (x *Index) newEntry(filter string, shared bool) uint32 {
 	*e = entry{filter: filter}
 	if shared {
 		// A shared group always has a list: it needs the round-robin cursor.
-		e.list = x.newList()
+		e.setList(x.newList())
 	}
 	return ei
 }
@@ -494,34 +523,33 @@ func search(subs []sub, h Handle) (int, bool) {
 	lo, hi := 0, len(subs)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if subs[m].handle < h {
+		if subs[m].handle() < h {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	return lo, lo < len(subs) && subs[lo].handle == h
+	return lo, lo < len(subs) && subs[lo].handle() == h
 }
 
 // addSub adds or replaces a subscriber of entry ei; true when replaced.
 func (x *Index) addSub(ei uint32, s sub) bool {
 	e := x.entry(ei)
-	if e.list == 0 {
-		switch e.one[0].handle {
+	if e.list() == 0 {
+		switch e.one[0].handle() {
 		case NoHandle:
 			e.one[0] = s
 			return false
-		case s.handle:
+		case s.handle():
 			e.one[0] = s
 			return true
 		}
 		li := x.newList()
-		e = x.entry(ei)
 		x.lists[li-1].subs = []sub{e.one[0]}
-		e.list, e.one[0] = li, sub{}
+		e.setList(li)
 	}
-	l := &x.lists[e.list-1]
-	i, ok := search(l.subs, s.handle)
+	l := &x.lists[e.list()-1]
+	i, ok := search(l.subs, s.handle())
 	if ok {
 		l.subs[i] = s
 		return true
@@ -535,14 +563,15 @@ func (x *Index) addSub(ei uint32, s sub) bool {
 // removeSub removes h from entry ei; an unshared list of one goes back inline.
 func (x *Index) removeSub(ei uint32, h Handle) bool {
 	e := x.entry(ei)
-	if e.list == 0 {
-		if e.one[0].handle != h || h == NoHandle {
+	li := e.list()
+	if li == 0 {
+		if e.one[0].handle() != h || h == NoHandle {
 			return false
 		}
 		e.one[0] = sub{}
 		return true
 	}
-	l := &x.lists[e.list-1]
+	l := &x.lists[li-1]
 	i, ok := search(l.subs, h)
 	if !ok {
 		return false
@@ -551,12 +580,11 @@ func (x *Index) removeSub(ei uint32, h Handle) bool {
 	_, shared := innerFilter(e.filter)
 	switch {
 	case len(l.subs) == 0:
-		x.freeList(e.list)
-		e.list = 0
+		x.freeList(li)
+		e.one[0] = sub{}
 	case len(l.subs) == 1 && !shared:
 		e.one[0] = l.subs[0]
-		x.freeList(e.list)
-		e.list = 0
+		x.freeList(li)
 	}
 	return true
 }
@@ -585,46 +613,60 @@ func (t *table) insert(key, ei uint32) {
 	if (t.used+1)*maxLoadDen > len(t.slots)*maxLoadNum {
 		t.grow()
 	}
-	mask := uint32(len(t.slots) - 1)
-	i := key & mask
+	i := t.home(key)
 	for t.slots[i].idx != 0 {
-		i = (i + 1) & mask
+		i = t.next(i)
 	}
 	t.slots[i] = slot{tag: key, idx: ei + 1}
 	t.used++
 }
 
-// grow doubles the table; the keys in the cells place them again.
+// grow makes the table half as large again; the keys in the cells place
+// them anew. Growing by half rather than doubling, with sizes that need not
+// be powers of two, keeps a table between 50% and 75% full instead of 37%
+// and 75%: at a million filters that saves about 6 bytes a subscription.
 func (t *table) grow() {
 	old := t.slots
-	t.slots = make([]slot, max(minSlots, 2*len(old)))
-	mask := uint32(len(t.slots) - 1)
+	t.slots = make([]slot, max(minSlots, len(old)+len(old)/2))
 	for _, s := range old {
 		if s.idx == 0 {
 			continue
 		}
-		i := s.tag & mask
+		i := t.home(s.tag)
 		for t.slots[i].idx != 0 {
-			i = (i + 1) & mask
+			i = t.next(i)
 		}
 		t.slots[i] = s
 	}
 }
 
+// home returns the cell where key's probe run starts: the key scaled to the
+// table size, which need not be a power of two.
+func (t *table) home(key uint32) uint32 {
+	return uint32(uint64(key) * uint64(len(t.slots)) >> 32)
+}
+
+// next returns the cell after i, wrapping at the end of the table.
+func (t *table) next(i uint32) uint32 {
+	if i++; i == uint32(len(t.slots)) {
+		return 0
+	}
+	return i
+}
+
 // delete empties the cell of entry ei and shifts later cells of the probe
 // run back, so the table never needs tombstones.
 func (t *table) delete(key, ei uint32) {
-	mask := uint32(len(t.slots) - 1)
-	i := key & mask
+	i := t.home(key)
 	for t.slots[i].idx != ei+1 {
-		i = (i + 1) & mask
+		i = t.next(i)
 	}
 	for j := i; ; {
-		j = (j + 1) & mask
+		j = t.next(j)
 		if t.slots[j].idx == 0 {
 			break
 		}
-		home := t.slots[j].tag & mask
+		home := t.home(t.slots[j].tag)
 		// Leave the cell where it is when its home lies cyclically in (i, j].
 		if (i <= j && i < home && home <= j) || (i > j && (i < home || home <= j)) {
 			continue
@@ -716,8 +758,7 @@ func (x *Index) probeEach(probes []probe, topic string, r *Result) {
 	for k := range probes {
 		p := &probes[k]
 		key := p.key(&r.sums)
-		mask := uint32(len(p.t.slots) - 1)
-		for i := key & mask; ; i = (i + 1) & mask {
+		for i := p.t.home(key); ; i = p.t.next(i) {
 			s := p.t.slots[i]
 			if s.idx == 0 {
 				break
@@ -743,13 +784,12 @@ func (x *Index) probeBatched(probes []probe, topic string, r *Result) {
 	r.firsts = r.firsts[:0]
 	for _, p := range probes {
 		sum := p.key(&r.sums)
-		at := sum & uint32(len(p.t.slots)-1)
+		at := p.t.home(sum)
 		r.firsts = append(r.firsts, firstCell{key: sum, at: at, cell: p.t.slots[at]})
 	}
 	// Phase 2: walk each probe run and collect the entries with the key.
 	for j, p := range probes {
 		f := r.firsts[j]
-		mask := uint32(len(p.t.slots) - 1)
 		for s, i := f.cell, f.at; s.idx != 0; {
 			if s.tag == f.key {
 				c := s.idx - 1
@@ -758,7 +798,7 @@ func (x *Index) probeBatched(probes []probe, topic string, r *Result) {
 				}
 				r.cands = append(r.cands, c)
 			}
-			i = (i + 1) & mask
+			i = p.t.next(i)
 			s = p.t.slots[i]
 		}
 	}

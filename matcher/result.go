@@ -82,12 +82,12 @@ func (x *Index) collect(pub Handle, r *Result) {
 		if !simple {
 			break
 		}
-		simple = x.entry(ei).list == 0
+		simple = x.entry(ei).list() == 0
 	}
 	if simple {
 		for _, ei := range r.cands {
 			s := x.entry(ei).one[0]
-			if s.opts&NoLocal != 0 && s.handle == pub {
+			if s.opts()&NoLocal != 0 && s.handle() == pub {
 				continue
 			}
 			r.mergeLinear(s, 0)
@@ -104,8 +104,8 @@ func (x *Index) collect(pub Handle, r *Result) {
 		x.mergeAll(base, pub, r)
 	}
 	for _, ei := range r.cands {
-		if e := x.entry(ei); x.members(ei) == 0 && e.list != 0 {
-			x.pickShared(&x.lists[e.list-1], r)
+		if e := x.entry(ei); x.members(ei) == 0 && e.list() != 0 {
+			x.pickShared(&x.lists[e.list()-1], r)
 		}
 	}
 }
@@ -118,10 +118,10 @@ func (x *Index) mergeAll(base int, pub Handle, r *Result) {
 	d := r.Deliveries[:len(subs)]
 	k := 0
 	for _, s := range subs {
-		if s.opts&NoLocal != 0 && s.handle == pub {
+		if s.opts()&NoLocal != 0 && s.handle() == pub {
 			continue
 		}
-		d[k] = Delivery{Handle: s.handle, ID: s.id, Opts: s.opts}
+		d[k] = s.delivery()
 		k++
 	}
 	r.Deliveries, r.sorted = d[:k], k
@@ -130,7 +130,7 @@ func (x *Index) mergeAll(base int, pub Handle, r *Result) {
 			continue
 		}
 		for _, s := range x.subsOf(x.entry(ei)) {
-			if s.opts&NoLocal == 0 || s.handle != pub {
+			if s.opts()&NoLocal == 0 || s.handle() != pub {
 				r.merge(s)
 			}
 		}
@@ -142,20 +142,20 @@ func (x *Index) mergeAll(base int, pub Handle, r *Result) {
 func (x *Index) members(ei uint32) int {
 	e := x.entry(ei)
 	switch {
-	case e.list == 0:
+	case e.list() == 0:
 		return 1
 	case isShared(e.filter):
 		return 0
 	}
-	return len(x.lists[e.list-1].subs)
+	return len(x.lists[e.list()-1].subs)
 }
 
 // subsOf returns the subscribers of a non-shared entry.
 func (x *Index) subsOf(e *entry) []sub {
-	if e.list == 0 {
+	if e.list() == 0 {
 		return e.one[:]
 	}
-	return x.lists[e.list-1].subs
+	return x.lists[e.list()-1].subs
 }
 
 // pickShared delivers to one member of a share group: the next online one
@@ -170,14 +170,15 @@ func (x *Index) pickShared(l *subList, r *Result) {
 		start := atomic.LoadUint32(&l.next)
 		pick := start % n
 		for j := uint32(0); j < n; j++ {
-			if c := (start + j) % n; !x.isOffline(l.subs[c].handle) {
+			if c := (start + j) % n; !x.isOffline(l.subs[c].handle()) {
 				pick = c
 				break
 			}
 		}
 		if atomic.CompareAndSwapUint32(&l.next, start, pick+1) {
-			s := l.subs[pick]
-			r.Deliveries = append(r.Deliveries, Delivery{Handle: s.handle, ID: s.id, Opts: s.opts, Shared: true})
+			d := l.subs[pick].delivery()
+			d.Shared = true
+			r.Deliveries = append(r.Deliveries, d)
 			return
 		}
 	}
@@ -189,13 +190,13 @@ func (r *Result) merge(s sub) {
 	lo, hi := 0, len(sorted)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if sorted[m].Handle < s.handle {
+		if sorted[m].Handle < s.handle() {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo < len(sorted) && sorted[lo].Handle == s.handle {
+	if lo < len(sorted) && sorted[lo].Handle == s.handle() {
 		r.combine(lo, s)
 		return
 	}
@@ -207,14 +208,15 @@ func (r *Result) merge(s sub) {
 		r.rehash()
 	}
 	mask := uint32(r.seenN - 1)
-	for i := uint32(s.handle) * 0x9e3779b1 & mask; ; i = (i + 1) & mask {
+	h := s.handle()
+	for i := uint32(h) * 0x9e3779b1 & mask; ; i = (i + 1) & mask {
 		switch r.seen[i].handle {
-		case s.handle:
+		case h:
 			r.combine(int(r.seen[i].pos), s)
 			return
 		case NoHandle:
-			r.seen[i] = seenSlot{handle: s.handle, pos: uint32(len(r.Deliveries))}
-			r.Deliveries = append(r.Deliveries, Delivery{Handle: s.handle, ID: s.id, Opts: s.opts})
+			r.seen[i] = seenSlot{handle: h, pos: uint32(len(r.Deliveries))}
+			r.Deliveries = append(r.Deliveries, s.delivery())
 			return
 		}
 	}
@@ -224,12 +226,12 @@ func (r *Result) merge(s sub) {
 // them one by one, or appends it.
 func (r *Result) mergeLinear(s sub, from int) {
 	for i := from; i < len(r.Deliveries); i++ {
-		if r.Deliveries[i].Handle == s.handle {
+		if r.Deliveries[i].Handle == s.handle() {
 			r.combine(i, s)
 			return
 		}
 	}
-	r.Deliveries = append(r.Deliveries, Delivery{Handle: s.handle, ID: s.id, Opts: s.opts})
+	r.Deliveries = append(r.Deliveries, s.delivery())
 }
 
 // rehash sizes the dedup table for four times the deliveries added after
@@ -259,10 +261,11 @@ func (r *Result) rehash() {
 func (r *Result) combine(i int, s sub) {
 	d := &r.Deliveries[i]
 	q := d.Opts & QoSMask
-	if s.opts&QoSMask > q {
-		q = s.opts & QoSMask
+	o := s.opts()
+	if o&QoSMask > q {
+		q = o & QoSMask
 	}
-	d.Opts = (d.Opts|s.opts)&^QoSMask | q
+	d.Opts = (d.Opts|o)&^QoSMask | q
 	if s.id == 0 {
 		return
 	}

@@ -39,8 +39,9 @@ var (
 	ErrShareFilter = errors.New("a shared subscription needs a filter after $share/{group}/")
 	// ErrShareNoLocal reports No Local set on a shared subscription [MQTT-3.8.3-4].
 	ErrShareNoLocal = errors.New("the No Local option must not be set on a shared subscription")
-	// ErrNoHandle reports a subscription for NoHandle, which names no session.
-	ErrNoHandle = errors.New("session handle 0 is reserved")
+	// ErrNoHandle reports a subscription for NoHandle, which names no
+	// session, or for a handle above MaxHandle.
+	ErrNoHandle = errors.New("the session handle must be from 1 to MaxHandle (67108863)")
 )
 
 // Error says what is wrong with a topic name or filter and where.
