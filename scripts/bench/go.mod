@@ -1,0 +1,16 @@
+module github.com/fieldgate/fieldgate/scripts/bench
+
+go 1.26.0
+
+replace github.com/fieldgate/fieldgate => ../..
+
+require (
+	github.com/fieldgate/fieldgate v0.0.0-00010101000000-000000000000
+	github.com/mochi-mqtt/server/v2 v2.7.9
+	github.com/nats-io/nats-server/v2 v2.15.2
+)
+
+require (
+	github.com/gorilla/websocket v1.5.0 // indirect
+	github.com/rs/xid v1.4.0 // indirect
+)
