@@ -73,8 +73,11 @@
 //
 // # Concurrency
 //
-// An Index is safe for concurrent use. Match takes a read lock, so matches
-// never wait for each other; Subscribe, Unsubscribe and SetOnline take the
-// write lock for the few hundred nanoseconds an update needs. A shared
-// group's round-robin cursor is advanced atomically under the read lock.
+// An Index is safe for concurrent use. Readers never wait for each other:
+// Match read-locks one of eight lock stripes, the one dealt to its Result,
+// so readers on different cores do not bounce one lock counter between
+// them (with a single RWMutex, two cores matched no faster than one); a
+// writer (Subscribe, Unsubscribe, SetOnline) takes every stripe for the
+// microsecond an update needs. A shared group's round-robin cursor is
+// advanced atomically under the read lock.
 package matcher

@@ -45,7 +45,8 @@ type Result struct {
 	sorted int // Deliveries[:sorted] is sorted by handle
 	sums   [maxShapeDepth + 1]uint32
 	firsts []firstCell
-	touch  byte // keeps Match's warming loads from being optimised away
+	touch  byte  // keeps Match's warming loads from being optimised away
+	stripe uint8 // the index lock stripe this Result reads under, +1
 }
 
 // IDs appends the subscription identifiers of r.Deliveries[i] to dst.
