@@ -18,7 +18,7 @@ const (
 	// one, and only for topics deeper than this.
 	maxShapeDepth = 32
 
-	// pageShift sets the entry page size (1,024 entries, 32 KiB on 64-bit).
+	// pageShift sets the entry page size (1,024 entries, 24 KiB on 64-bit).
 	// Pages instead of one growing slice keep growth from copying the whole
 	// index and bound the slack to one page.
 	pageShift = 10
