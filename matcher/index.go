@@ -134,6 +134,11 @@ func newSub(h Handle, opts Options, id uint32) sub {
 func (s sub) handle() Handle { return Handle(s.ho >> 6) }
 func (s sub) opts() Options  { return Options(s.ho & 0x3f) }
 
+// ownEcho reports whether a message from publisher pub must skip s: a No
+// Local subscription never receives its own session's publishes
+// [MQTT-3.8.3-3].
+func (s sub) ownEcho(pub Handle) bool { return s.opts()&NoLocal != 0 && s.handle() == pub }
+
 // delivery is the Delivery of this subscriber alone.
 func (s sub) delivery() Delivery { return Delivery{Handle: s.handle(), ID: s.id, Opts: s.opts()} }
 

@@ -87,11 +87,9 @@ func (x *Index) collect(pub Handle, r *Result) {
 	}
 	if simple {
 		for _, ei := range r.cands {
-			s := x.entry(ei).one[0]
-			if s.opts()&NoLocal != 0 && s.handle() == pub {
-				continue
+			if s := x.entry(ei).one[0]; !s.ownEcho(pub) {
+				r.mergeLinear(s, 0)
 			}
-			r.mergeLinear(s, 0)
 		}
 		return
 	}
@@ -105,7 +103,7 @@ func (x *Index) collect(pub Handle, r *Result) {
 		x.mergeAll(base, pub, r)
 	}
 	for _, ei := range r.cands {
-		if e := x.entry(ei); x.members(ei) == 0 && e.list() != 0 {
+		if e := x.entry(ei); e.list() != 0 && isShared(e.filter) {
 			x.pickShared(&x.lists[e.list()-1], r)
 		}
 	}
@@ -119,11 +117,10 @@ func (x *Index) mergeAll(base int, pub Handle, r *Result) {
 	d := r.Deliveries[:len(subs)]
 	k := 0
 	for _, s := range subs {
-		if s.opts()&NoLocal != 0 && s.handle() == pub {
-			continue
+		if !s.ownEcho(pub) {
+			d[k] = s.delivery()
+			k++
 		}
-		d[k] = s.delivery()
-		k++
 	}
 	r.Deliveries, r.sorted = d[:k], k
 	for ci, ei := range r.cands {
@@ -131,7 +128,7 @@ func (x *Index) mergeAll(base int, pub Handle, r *Result) {
 			continue
 		}
 		for _, s := range x.subsOf(x.entry(ei)) {
-			if s.opts()&NoLocal == 0 || s.handle() != pub {
+			if !s.ownEcho(pub) {
 				r.merge(s)
 			}
 		}
