@@ -2,35 +2,50 @@
 // storage, the MQTT broker and its listeners, the sensor poller, the cloud
 // bridge and the ops endpoint, started in that order and stopped in reverse.
 //
-// Components join the assembly as they are built. Today none is: Run logs
-// what the configuration asks for, waits for its context to end, and logs
-// the stop, so that the command line, configuration and shutdown path can be
-// exercised end to end before there is anything to start.
+// Components join the assembly as they are built. Today it runs the broker
+// on the configured listeners; storage, sensors, the bridge and the ops
+// endpoint join in later steps.
 package gateway
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
 )
 
+// shutdownGrace bounds how long clients get to receive their DISCONNECT
+// and queued messages when the gateway stops.
+const shutdownGrace = 5 * time.Second
+
 // Run starts the gateway described by cfg and blocks until ctx is done; it
-// returns nil after a clean shutdown.
-func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+// returns nil after a clean shutdown. version is reported on $SYS.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, version string) error {
 	if cfg == nil {
 		return errors.New("gateway: run: no configuration")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log.Info("gateway started",
-		"listeners", len(cfg.Listeners),
-		"sensors", len(cfg.Sensors),
-		"storage", cfg.Storage.Path,
-		"assembled", "nothing yet: broker, storage, sensors and bridge are not built")
+	b, err := broker.New(broker.Options{Broker: cfg.Broker, Listeners: cfg.Listeners, Version: version}, log.With("component", "broker"))
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := b.Start(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	log.Info("gateway started", "listeners", len(cfg.Listeners), "sensors", len(cfg.Sensors), "storage", cfg.Storage.Path)
 	<-ctx.Done()
-	log.Info("gateway stopped", "reason", context.Cause(ctx))
+	log.Info("gateway stopping", "reason", context.Cause(ctx))
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := b.Shutdown(sctx); err != nil {
+		log.Warn("broker shutdown incomplete", "err", err)
+	}
+	log.Info("gateway stopped")
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ func TestRunReturnsWhenContextCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, config.Default(), log) }()
+	cfg := config.Default()
+	cfg.Listeners[0].Address = "127.0.0.1:0"
+	go func() { done <- Run(ctx, cfg, log, "test") }()
 
 	select {
 	case err := <-done:
@@ -42,7 +45,21 @@ func TestRunReturnsWhenContextCancelled(t *testing.T) {
 }
 
 func TestRunWithoutConfig(t *testing.T) {
-	if err := Run(context.Background(), nil, nil); err == nil {
+	if err := Run(context.Background(), nil, nil, "test"); err == nil {
 		t.Fatal("Run(nil config) = nil, want an error")
+	}
+}
+
+func TestRunReportsListenerInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := config.Default()
+	cfg.Listeners[0].Address = l.Addr().String()
+	err = Run(context.Background(), cfg, nil, "test")
+	if err == nil || !strings.Contains(err.Error(), `listener "default"`) {
+		t.Fatalf("Run with a busy port = %v, want an error naming the listener", err)
 	}
 }

@@ -3,6 +3,7 @@
 //
 //	fieldgate run [-config FILE]    run until SIGINT or SIGTERM
 //	fieldgate check [-config FILE]  validate a configuration, listing every problem
+//	fieldgate passwd [-D] FILE USER set (from stdin) or delete a user's password
 //	fieldgate version               print version, commit, Go version and target
 //
 // Without -config, the configuration embedded in the binary is used.
@@ -52,6 +53,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stderr)
 	case "check":
 		return cmdCheck(args[1:], stdout, stderr)
+	case "passwd":
+		return cmdPasswd(args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		printVersion(stdout)
 		return 0
@@ -70,6 +73,7 @@ func usage(w io.Writer) {
 commands:
   run [-config FILE]    run the gateway until SIGINT or SIGTERM
   check [-config FILE]  validate a configuration and list every problem
+  passwd [-D] FILE USER set USER's password in FILE from stdin, or delete USER
   version               print version, commit, Go version and target
   help                  print this text
 
@@ -164,7 +168,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	context.AfterFunc(ctx, stop)
 
 	log.Info("fieldgate starting", "version", version, "commit", commit, "config", name)
-	if err := gateway.Run(ctx, cfg, log); err != nil {
+	if err := gateway.Run(ctx, cfg, log, version); err != nil {
 		log.Error("fieldgate failed", "err", err)
 		return exitFail
 	}

@@ -63,8 +63,33 @@ type Storage struct {
 // Broker configures the local MQTT broker.
 type Broker struct {
 	AllowAnonymous bool          `yaml:"allow_anonymous"` // let clients connect without credentials
+	PasswordFile   string        `yaml:"password_file"`   // user:bcrypt-hash lines, written by fieldgate passwd
+	ACL            []ACLRule     `yaml:"acl"`             // when non-empty, only what a rule allows is allowed
 	MaxPacketSize  int           `yaml:"max_packet_size"` // bytes; larger packets are refused
 	MaxKeepalive   time.Duration `yaml:"max_keepalive"`   // longest keepalive a client may ask for
+
+	// MaxSessionExpiry caps how long a disconnected session is kept; it also
+	// bounds MQTT 3.1.1 sessions with clean session off, which would
+	// otherwise never expire.
+	MaxSessionExpiry time.Duration `yaml:"max_session_expiry"`
+	ReceiveMaximum   int           `yaml:"receive_maximum"`     // QoS 1/2 publishes a client may have unacknowledged towards us
+	MaxInflight      int           `yaml:"max_inflight"`        // QoS 1/2 messages we send a client before waiting for its acks
+	TopicAliasMax    int           `yaml:"topic_alias_maximum"` // aliases a client may use towards us, and we towards it
+	MaxSubscriptions int           `yaml:"max_subscriptions"`   // per client; bounds the work one client adds to every publish
+	MaxQueuedBytes   int           `yaml:"max_queued_bytes"`    // per client: messages waiting to be written or acknowledged
+	// InflightTimeout disconnects a client whose oldest unacknowledged
+	// QoS 1/2 message has waited this long: its window has stalled.
+	InflightTimeout time.Duration `yaml:"inflight_timeout"`
+	ReadBuffer      int           `yaml:"read_buffer"`  // bytes per connection for reading
+	WriteBuffer     int           `yaml:"write_buffer"` // bytes per connection for writing, held only while writing
+	SysInterval     time.Duration `yaml:"sys_interval"` // how often $SYS/broker/... is published; 0 turns it off
+}
+
+// ACLRule allows (or denies) one user's clients access to the topics one filter matches.
+type ACLRule struct {
+	User   string `yaml:"user"`   // the username it applies to; empty or * for every client
+	Topic  string `yaml:"topic"`  // a topic filter; %u is replaced by the username, %c by the client id
+	Access string `yaml:"access"` // read, write, readwrite or deny
 }
 
 // ListenerType is the transport a listener accepts MQTT on.
@@ -123,6 +148,29 @@ func Default() *Config {
 			// 512 MB board.
 			MaxPacketSize: 256 << 10,
 			MaxKeepalive:  10 * time.Minute,
+			// A week covers a device that is away over a long weekend plus
+			// repairs; past that its queue is more likely waste than value.
+			MaxSessionExpiry: 7 * 24 * time.Hour,
+			// Receive maximum and inflight window: enough to keep a LAN
+			// link busy, few enough that a stalled client pins little.
+			ReceiveMaximum: 64,
+			MaxInflight:    64,
+			TopicAliasMax:  64,
+			// A field device needs a handful of filters; 100 leaves room
+			// for dashboards while keeping one client from growing the
+			// index's shape count, which every publish pays for.
+			MaxSubscriptions: 100,
+			// 1 MiB per client holds thousands of sensor readings. Queued
+			// messages share their bytes with every other subscriber, so
+			// the budget counts more than the client really pins.
+			MaxQueuedBytes:  1 << 20,
+			InflightTimeout: 2 * time.Minute,
+			// Reads are sized for a typical sensor PUBLISH; larger packets
+			// are read straight into their own buffer. The write buffer is
+			// borrowed from a pool only while there is something to write.
+			ReadBuffer:  1 << 10,
+			WriteBuffer: 4 << 10,
+			SysInterval: 10 * time.Second,
 		},
 		Listeners: []Listener{{Name: "default", Type: ListenerTCP, Address: "127.0.0.1:1883"}},
 		Ops:       Ops{Address: "127.0.0.1:9100"},

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fieldgate/fieldgate/matcher"
 )
 
 // ErrInvalid is what every *Error wraps, for errors.Is.
@@ -146,6 +148,8 @@ func (c *Config) problems() []Problem {
 		k.fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
 	}
 
+	k.broker(c.Broker)
+
 	names := map[string]string{}
 	var bound []boundAddr
 	for i, l := range c.Listeners {
@@ -172,6 +176,53 @@ func (c *Config) problems() []Problem {
 		}
 	}
 	return k.problems
+}
+
+// MQTT limits on broker settings.
+const (
+	maxMQTTTwoByte   = 65535                    // receive maximum and topic alias maximum are two-byte integers
+	maxSessionExpiry = 4294967295 * time.Second // a four-byte count of seconds (5.0 §3.1.2.11.2)
+)
+
+func (k *checker) broker(b Broker) {
+	k.intRange("broker.receive_maximum", b.ReceiveMaximum, 1, maxMQTTTwoByte, "64")
+	k.intRange("broker.max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "64")
+	k.intRange("broker.topic_alias_maximum", b.TopicAliasMax, 0, maxMQTTTwoByte, "64, or 0 to refuse aliases")
+	k.intRange("broker.max_subscriptions", b.MaxSubscriptions, 1, 1<<20, "100")
+	k.intRange("broker.read_buffer", b.ReadBuffer, 64, 1<<20, "1024")
+	k.intRange("broker.write_buffer", b.WriteBuffer, 64, 1<<20, "4096")
+	if n := b.MaxQueuedBytes; n < b.MaxPacketSize {
+		k.fail("broker.max_queued_bytes", "%d is smaller than broker.max_packet_size (%d); a client could not receive one largest packet; use at least that, such as %d", n, b.MaxPacketSize, 1<<20)
+	}
+	if d := b.MaxSessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
+		k.fail("broker.max_session_expiry", "%s is not allowed; use whole seconds from 0s to %s, such as 168h", d, maxSessionExpiry)
+	}
+	if d := b.InflightTimeout; d < time.Second {
+		k.fail("broker.inflight_timeout", "%s is too short; use 1s or more, such as 2m", d)
+	}
+	if d := b.SysInterval; d < 0 || (d > 0 && d < time.Second) {
+		k.fail("broker.sys_interval", "%s is not allowed; use 1s or more, or 0s to turn $SYS off", d)
+	}
+	for i, r := range b.ACL {
+		p := fmt.Sprintf("broker.acl[%d]", i)
+		k.oneOf(p+".access", r.Access, "read", "write", "readwrite", "deny")
+		if r.Topic == "" {
+			k.fail(p+".topic", "required: a topic filter such as sensors/%%u/#")
+			continue
+		}
+		// %u and %c stand for one whole level's worth of text; check the
+		// filter with a stand-in so that a typo is caught at load time.
+		f := strings.NewReplacer("%u", "user", "%c", "client").Replace(r.Topic)
+		if err := matcher.ValidateFilter(f); err != nil {
+			k.fail(p+".topic", "%q is not a valid topic filter: %v", r.Topic, err)
+		}
+	}
+}
+
+func (k *checker) intRange(path string, n, lo, hi int, example string) {
+	if n < lo || n > hi {
+		k.fail(path, "%d is out of range; use %d to %d, such as %s", n, lo, hi, example)
+	}
 }
 
 func (k *checker) oneOf(path, got string, allowed ...string) {

@@ -1,0 +1,411 @@
+package auth
+
+import (
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/matcher"
+)
+
+// op is one kind of ACL question.
+type op int
+
+const (
+	pub op = iota
+	sub
+	read
+)
+
+func (o op) String() string { return [...]string{"CanPublish", "CanSubscribe", "CanRead"}[o] }
+
+func ask(a *ACL, o op, user, clientID, arg string) bool {
+	switch o {
+	case pub:
+		return a.CanPublish(user, clientID, arg)
+	case sub:
+		return a.CanSubscribe(user, clientID, arg)
+	default:
+		return a.CanRead(user, clientID, arg)
+	}
+}
+
+type aclCase struct {
+	name           string
+	o              op
+	user, clientID string
+	arg            string
+	want           bool
+}
+
+func runACL(t *testing.T, a *ACL, cases []aclCase) {
+	t.Helper()
+	for _, c := range cases {
+		if got := ask(a, c.o, c.user, c.clientID, c.arg); got != c.want {
+			t.Errorf("%s: %v(user %q, client %q, %q) = %v, want %v", c.name, c.o, c.user, c.clientID, c.arg, got, c.want)
+		}
+		// The per-connection form must agree with the one-off form.
+		p := a.For(c.user, c.clientID)
+		var got bool
+		switch c.o {
+		case pub:
+			got = p.CanPublish(c.arg)
+		case sub:
+			got = p.CanSubscribe(c.arg)
+		default:
+			got = p.CanRead(c.arg)
+		}
+		if got != c.want {
+			t.Errorf("%s: Permissions.%v(%q) = %v, want %v", c.name, c.o, c.arg, got, c.want)
+		}
+	}
+}
+
+var plantRules = []config.ACLRule{
+	{User: "", Topic: "public/#", Access: "read"},
+	{User: "*", Topic: "public/secret/#", Access: "deny"},
+	{User: "*", Topic: "devices/%c/#", Access: "readwrite"},
+	{User: "", Topic: "users/%u/#", Access: "readwrite"},
+	{User: "", Topic: "home/%u/%c", Access: "write"},
+	{User: "admin", Topic: "#", Access: "readwrite"},
+	{User: "admin", Topic: "$SYS/#", Access: "read"},
+	{User: "admin", Topic: "vault/#", Access: "deny"},
+	{User: "all", Topic: "#", Access: "readwrite"},
+	{User: "sensor", Topic: "site/+/temp", Access: "write"},
+	{User: "viewer", Topic: "site/+/temp", Access: "read"},
+	{User: "viewer", Topic: "site/b/#", Access: "deny"},
+	{User: "", Topic: "dev-%u/x", Access: "read"},
+	{User: "", Topic: "%u/own/#", Access: "readwrite"},
+}
+
+func TestACL(t *testing.T) {
+	a := NewACL(plantRules)
+	runACL(t, a, []aclCase{
+		// Read-only rules and deny precedence.
+		{"anonymous reads public", read, "", "c1", "public/news", true},
+		{"anonymous may not publish public", pub, "", "c1", "public/news", false},
+		{"anonymous subscribes below public", sub, "", "c1", "public/news/#", true},
+		{"exact subscription", sub, "", "c1", "public/news", true},
+		{"deny wins over read", read, "", "c1", "public/secret/plan", false},
+		{"deny covers its parent", read, "", "c1", "public/secret", false},
+		{"subscription overlapping a deny", sub, "", "c1", "public/#", false},
+		{"+ reaches the denied parent", sub, "", "c1", "public/+", false},
+		{"+ one level deeper does not", sub, "", "c1", "public/+/x", false},
+		{"subscription clear of the deny", sub, "", "c1", "public/news/+", true},
+		{"nothing allows it", read, "", "c1", "private/x", false},
+		{"nothing allows the subscription", sub, "", "c1", "private/#", false},
+
+		// %c.
+		{"own device topic", pub, "", "dev1", "devices/dev1/up", true},
+		{"own device subscription", sub, "", "dev1", "devices/dev1/#", true},
+		{"another device's topic", pub, "", "dev1", "devices/dev2/up", false},
+		{"another device's subscription", sub, "", "dev1", "devices/+/up", false},
+		{"client id + does not widen", sub, "", "+", "devices/+/#", false},
+		{"client id + gets nothing", pub, "", "+", "devices/x/up", false},
+		{"client id # does not widen", read, "", "#", "devices/x", false},
+		{"client id with / does not reach deeper", pub, "", "a/b", "devices/a/b/up", false},
+		{"client id with / and its own literal prefix", pub, "", "a/b", "devices/a/up", false},
+		{"empty client id", pub, "", "", "devices//up", false},
+
+		// %u.
+		{"own user topic", pub, "bob", "c", "users/bob/x", true},
+		{"other user's topic", read, "bob", "c", "users/alice/x", false},
+		{"anonymous gets no %u rule", pub, "", "c", "users//x", false},
+		{"anonymous subscription via %u rule", sub, "", "c", "users//#", false},
+		{"username + does not widen", sub, "+", "c", "users/+/#", false},
+		{"username with / does not reach deeper", pub, "bob/x", "c", "users/bob/x/y", false},
+		{"%u and %c together", pub, "bob", "kitchen", "home/bob/kitchen", true},
+		{"%u and %c, wrong client", pub, "bob", "hall", "home/bob/kitchen", false},
+		{"%u and %c, anonymous", pub, "", "kitchen", "home//kitchen", false},
+		{"%u inside a level", read, "bob", "c", "dev-bob/x", true},
+		{"%u inside a level, anonymous", read, "", "c", "dev-/x", false},
+		{"%u inside a level, $ is harmless", read, "$x", "c", "dev-$x/x", true},
+		{"%u at the start", pub, "bob", "c", "bob/own/a", true},
+		{"%u at the start may not reach $SYS", read, "$SYS", "c", "$SYS/own/x", false},
+		{"%u at the start may not subscribe $SYS", sub, "$SYS", "c", "$SYS/own/#", false},
+		{"a username holding %c is not substituted again", pub, "%c", "zz", "users/%c/x", true},
+		{"…nor does it become the client id", pub, "%c", "zz", "users/zz/x", false},
+
+		// Users, # and $SYS.
+		{"admin publishes anywhere", pub, "admin", "c", "site/a/temp", true},
+		{"admin subscribes widely", sub, "admin", "c", "site/#", true},
+		{"admin's deny", pub, "admin", "c", "vault/key", false},
+		{"admin's # overlaps the deny", sub, "admin", "c", "#", false},
+		{"admin's $SYS rule", sub, "admin", "c", "$SYS/#", true},
+		{"admin reads $SYS", read, "admin", "c", "$SYS/broker/uptime", true},
+		{"# alone does not reach $SYS", sub, "all", "c", "$SYS/#", false},
+		{"# alone does not read $SYS", read, "all", "c", "$SYS/broker/uptime", false},
+		{"# alone does not publish $SYS", pub, "all", "c", "$SYS/x", false},
+		{"# would cover #, but a deny for everyone overlaps it", sub, "all", "c", "#", false},
+		{"# covers +/x", sub, "all", "c", "+/x", true},
+		{"every-client rules apply to named users", read, "bob", "c", "public/news", true},
+		{"user rules are exact", pub, "Admin", "c", "site/a/temp", false},
+
+		// Writers and readers of one pattern.
+		{"sensor publishes", pub, "sensor", "c", "site/a/temp", true},
+		{"sensor may not read", read, "sensor", "c", "site/a/temp", false},
+		{"sensor may not subscribe", sub, "sensor", "c", "site/a/temp", false},
+		{"viewer reads", read, "viewer", "c", "site/a/temp", true},
+		{"viewer's deny", read, "viewer", "c", "site/b/temp", false},
+		{"viewer subscribes one site", sub, "viewer", "c", "site/a/temp", true},
+		{"viewer's + reaches the denied site", sub, "viewer", "c", "site/+/temp", false},
+		{"viewer may not publish", pub, "viewer", "c", "site/a/temp", false},
+		{"filter wider than the rule", sub, "viewer", "c", "site/a/#", false},
+
+		// Shared subscriptions are judged by their filter.
+		{"shared, allowed", sub, "viewer", "c", "$share/g/site/a/temp", true},
+		{"shared, denied", sub, "viewer", "c", "$share/g/site/b/temp", false},
+		{"shared, overlapping the deny", sub, "viewer", "c", "$share/g/site/+/temp", false},
+		{"shared, not allowed", sub, "viewer", "c", "$share/g/#", false},
+		{"shared, no filter", sub, "admin", "c", "$share/g", false},
+		{"shared %c", sub, "", "dev1", "$share/grp/devices/dev1/cmd", true},
+	})
+}
+
+func TestACLOpen(t *testing.T) {
+	for name, a := range map[string]*ACL{"no rules": NewACL(nil), "empty rules": NewACL([]config.ACLRule{}), "nil ACL": nil} {
+		runACL(t, a, []aclCase{
+			{name, pub, "", "", "any/topic", true},
+			{name, sub, "", "", "#", true},
+			{name, sub, "bob", "c", "$SYS/#", true},
+			{name, sub, "bob", "c", "$share/g/a/+", true},
+			{name, read, "bob", "c", "$SYS/x", true},
+		})
+	}
+	var zero Permissions
+	if zero.CanPublish("a") || zero.CanRead("a") || zero.CanSubscribe("a") {
+		t.Error("zero Permissions allow something")
+	}
+}
+
+func TestACLBadRules(t *testing.T) {
+	a := NewACL([]config.ACLRule{
+		{User: "*", Topic: "open/#", Access: "readwrite"},
+		{User: "typo", Topic: "x/#", Access: "raed"},
+		{User: "badfilter", Topic: "a/#/b", Access: "deny"},
+		{User: "badallow", Topic: "b+/c", Access: "readwrite"},
+		{User: "badallow", Topic: "", Access: "read"},
+		{User: "bad%u", Topic: "%u/#", Access: "nonsense"},
+	})
+	runACL(t, a, []aclCase{
+		{"unknown access denies its user everything", pub, "typo", "c", "open/x", false},
+		{"… including subscriptions", sub, "typo", "c", "open/#", false},
+		{"… only its user", pub, "other", "c", "open/x", true},
+		{"invalid deny filter denies everything", read, "badfilter", "c", "open/x", false},
+		{"invalid allow filter allows nothing", pub, "badallow", "c", "b+/c", false},
+		{"… and takes nothing away", pub, "badallow", "c", "open/x", true},
+		{"unknown access denies whatever the variables", sub, "bad%u", "c", "open/#", false},
+	})
+}
+
+func TestACLConcurrent(t *testing.T) {
+	a := NewACL(plantRules)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				user := []string{"", "bob", "admin", "viewer"}[(g+i)%4]
+				p := a.For(user, "dev1")
+				if p.CanRead("public/news") != a.CanRead(user, "dev1", "public/news") ||
+					!p.CanSubscribe("devices/dev1/#") || p.CanPublish("public/secret/x") {
+					t.Error("inconsistent answer under concurrency")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Small alphabets make random filters and topics meet often. "$s" tests
+// the rule that a leading wildcard does not match '$' topics, "" empty levels.
+var (
+	filterLevels = []string{"a", "b", "$s", "", "+"}
+	topicLevels  = []string{"a", "b", "$s", "", "z"}
+)
+
+func randomFilter(r *rand.Rand) string {
+	if r.IntN(10) == 0 {
+		return "#"
+	}
+	n := 1 + r.IntN(3)
+	levels := make([]string, 0, n+1)
+	for range n {
+		levels = append(levels, filterLevels[r.IntN(len(filterLevels))])
+	}
+	if r.IntN(3) == 0 {
+		levels = append(levels, "#")
+	}
+	if f := strings.Join(levels, "/"); f != "" {
+		return f
+	}
+	return randomFilter(r) // a single empty level is no filter
+}
+
+// allTopics lists every valid topic of up to depth levels from topicLevels.
+func allTopics(depth int) []string {
+	var out []string
+	layer := []string{""}
+	for d := 1; d <= depth; d++ {
+		var next []string
+		for _, prefix := range layer {
+			for _, l := range topicLevels {
+				t := l
+				if d > 1 {
+					t = prefix + "/" + l
+				}
+				next = append(next, t)
+				if t != "" {
+					out = append(out, t)
+				}
+			}
+		}
+		layer = next
+	}
+	return out
+}
+
+// TestCoversOverlapsAgainstMatches checks covers and overlaps against
+// matching every topic: covers must never claim a topic its rule does not
+// match, and overlaps must be exact. Filters have at most four levels, so
+// any witness topic has at most four too.
+func TestCoversOverlapsAgainstMatches(t *testing.T) {
+	topics := allTopics(4)
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 3000 {
+		f, g := randomFilter(r), randomFilter(r)
+		for _, x := range []string{f, g} {
+			if err := matcher.ValidateFilter(x); err != nil {
+				t.Fatalf("generated %q: %v", x, err)
+			}
+		}
+		sound, witness := true, ""
+		for _, topic := range topics {
+			mf, mg := matcher.Matches(f, topic), matcher.Matches(g, topic)
+			if mg && !mf {
+				sound = false
+			}
+			if mf && mg && witness == "" {
+				witness = topic
+			}
+		}
+		if covers(f, g) && !sound {
+			t.Errorf("covers(%q, %q) = true, but %q matches a topic %q does not", f, g, g, f)
+		}
+		if got := overlaps(f, g); got != (witness != "") {
+			t.Errorf("overlaps(%q, %q) = %v; a topic both match: %q", f, g, got, witness)
+		}
+		if overlaps(f, g) != overlaps(g, f) {
+			t.Errorf("overlaps(%q, %q) is not symmetric", f, g)
+		}
+	}
+}
+
+func TestCovers(t *testing.T) {
+	tests := []struct {
+		rule, sub string
+		want      bool
+	}{
+		{"#", "#", true},
+		{"#", "a/b/#", true},
+		{"#", "+/+", true},
+		{"#", "$SYS/#", false},
+		{"+/#", "$SYS/x", false},
+		{"$SYS/#", "$SYS/x/#", true},
+		{"$SYS/+", "$SYS/x", true},
+		{"a/#", "a", true},
+		{"a/#", "a/#", true},
+		{"a/+", "a", false},
+		{"a/+", "a/#", false},
+		{"a/+", "a/+", true},
+		{"a/+", "a/b", true},
+		{"a/b", "a/+", false},
+		{"a/b", "a/b/#", false},
+		{"a/+/c", "a/+/c", true},
+		{"+/#", "#", false}, // equivalent on valid topics, but not level by level
+		{"a//b", "a/+/b", false},
+		{"a/+/b", "a//b", true},
+	}
+	for _, tt := range tests {
+		if got := covers(tt.rule, tt.sub); got != tt.want {
+			t.Errorf("covers(%q, %q) = %v, want %v", tt.rule, tt.sub, got, tt.want)
+		}
+	}
+}
+
+// randomRules draws rules over the same small alphabet, some with %u or %c,
+// some denying.
+func randomRules(r *rand.Rand) []config.ACLRule {
+	accesses := []string{"read", "readwrite", "write", "deny"}
+	users := []string{"", "*", "u"}
+	rules := make([]config.ACLRule, 1+r.IntN(4))
+	for i := range rules {
+		f := randomFilter(r)
+		switch r.IntN(5) {
+		case 0:
+			f = strings.Replace(f, "a", "%u", 1)
+		case 1:
+			f = strings.Replace(f, "b", "%c", 1)
+		}
+		rules[i] = config.ACLRule{User: users[r.IntN(len(users))], Topic: f, Access: accesses[r.IntN(len(accesses))]}
+	}
+	return rules
+}
+
+// TestSubscribeImpliesRead is the property the broker relies on: whatever
+// a subscription lets through, the per-message check allows too.
+func TestSubscribeImpliesRead(t *testing.T) {
+	topics := allTopics(4)
+	clients := []struct{ user, clientID string }{
+		{"u", "a"}, {"", "b"}, {"a", "b"}, {"+", "#"}, {"a/b", "a/b"}, {"$s", "$s"}, {"", ""},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	allowed := 0
+	for range 400 {
+		rules := randomRules(r)
+		a := NewACL(rules)
+		for _, c := range clients {
+			p := a.For(c.user, c.clientID)
+			for range 10 {
+				f := randomFilter(r)
+				if !p.CanSubscribe(f) {
+					continue
+				}
+				allowed++
+				for _, topic := range topics {
+					if matcher.Matches(f, topic) && !p.CanRead(topic) {
+						t.Fatalf("rules %+v, client %+v: CanSubscribe(%q) but not CanRead(%q)", rules, c, f, topic)
+					}
+				}
+				if !p.CanSubscribe("$share/g/" + f) {
+					t.Fatalf("rules %+v, client %+v: %q allowed but not shared", rules, c, f)
+				}
+			}
+		}
+	}
+	if allowed < 100 {
+		t.Errorf("only %d subscriptions were allowed; the property was hardly tested", allowed)
+	}
+}
+
+func BenchmarkPermissionsCanRead(b *testing.B) {
+	p := NewACL(plantRules).For("viewer", "dev1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if !p.CanRead("site/a/temp") {
+			b.Fatal("refused")
+		}
+	}
+}
+
+func BenchmarkPermissionsCanSubscribe(b *testing.B) {
+	p := NewACL(plantRules).For("bob", "dev1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if !p.CanSubscribe("devices/dev1/#") {
+			b.Fatal("refused")
+		}
+	}
+}

@@ -1,0 +1,319 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/broker/auth"
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// Options configures a Broker.
+type Options struct {
+	config.Broker
+	Listeners []config.Listener // bound by Start; may be empty for in-process use
+	Version   string            // reported on $SYS/broker/version
+}
+
+// Broker is the MQTT server. Create it with New, bind its listeners with
+// Start, stop it with Shutdown.
+type Broker struct {
+	opts  Options
+	log   *slog.Logger
+	index *matcher.Index
+	users *auth.Passwords // nil without a password file
+	acl   *auth.ACL
+	start time.Time
+
+	// mu guards sessions and the life cycle of every session: connect,
+	// takeover, disconnect and expiry.
+	mu       sync.Mutex
+	sessions map[string]*session
+
+	// hmu guards handles and free: the route path reads them under RLock.
+	hmu     sync.RWMutex
+	handles []*session // by matcher.Handle; index 0 unused
+	free    []matcher.Handle
+
+	retained retainedStore
+
+	// lmu guards the listeners and live connections.
+	lmu       sync.Mutex
+	closed    bool
+	listeners []listeners.Listener
+	addrs     map[string]net.Addr
+	conns     sync.WaitGroup
+	live      map[*conn]struct{}
+
+	stop      chan struct{}
+	houseDone chan struct{}
+	stats     stats
+
+	dropLog atomic.Int64 // unix seconds of the last "dropped" log line
+}
+
+// stats are the counters $SYS and the ops endpoint report.
+type stats struct {
+	msgsRecv, msgsSent, bytesRecv, bytesSent, dropped atomic.Int64
+	connected, totalConns                             atomic.Int64
+}
+
+// Errors New and Start return.
+var (
+	ErrClosed = errors.New("broker: closed")
+)
+
+// New builds a broker from opts; it reads the password file but binds
+// nothing.
+func New(opts Options, log *slog.Logger) (*Broker, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Broker{
+		opts:     opts,
+		log:      log,
+		index:    matcher.NewIndex(),
+		sessions: make(map[string]*session),
+		handles:  make([]*session, 1),
+		addrs:    make(map[string]net.Addr),
+		live:     make(map[*conn]struct{}),
+		stop:     make(chan struct{}),
+		start:    time.Now(),
+	}
+	b.retained.init()
+	if opts.PasswordFile != "" {
+		users, err := auth.LoadPasswords(opts.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker: broker.password_file: %w", err)
+		}
+		b.users = users
+	}
+	b.acl = auth.NewACL(opts.ACL)
+	return b, nil
+}
+
+// Start binds every configured listener and starts serving. On a bind
+// error nothing stays bound and the error names the listener.
+func (b *Broker) Start() error {
+	var ls []listeners.Listener
+	for _, lc := range b.opts.Listeners {
+		l, err := openListener(lc, b.opts.MaxPacketSize)
+		if err != nil {
+			for _, l := range ls {
+				l.Close(func(string) {})
+			}
+			return fmt.Errorf("broker: listener %q: %w", lc.Name, err)
+		}
+		ls = append(ls, l)
+	}
+	b.lmu.Lock()
+	for i, l := range ls {
+		b.listeners = append(b.listeners, l)
+		b.addrs[b.opts.Listeners[i].Name] = listenerAddr(l)
+	}
+	b.lmu.Unlock()
+	for _, l := range ls {
+		if err := l.Init(b.log); err != nil {
+			return fmt.Errorf("broker: listener %q: %w", l.ID(), err)
+		}
+		go l.Serve(b.establish)
+		b.log.Info("listening", "listener", l.ID(), "protocol", l.Protocol(), "address", l.Address())
+	}
+	b.houseDone = make(chan struct{})
+	go b.housekeep()
+	return nil
+}
+
+// Addr returns the bound address of the named listener, nil if none.
+func (b *Broker) Addr(name string) net.Addr {
+	b.lmu.Lock()
+	defer b.lmu.Unlock()
+	return b.addrs[name]
+}
+
+// establish serves one accepted connection; listeners call it on their
+// own goroutine, which becomes the connection's reader.
+func (b *Broker) establish(listener string, nc net.Conn) error {
+	b.ServeConn(listener, nc)
+	return nil
+}
+
+// ServeConn serves one client on nc until it disconnects, then closes nc.
+// Listeners call it; it is exported for tests and socket activation.
+func (b *Broker) ServeConn(listener string, nc net.Conn) {
+	c := newConn(b, nc, listener)
+	b.lmu.Lock()
+	if b.closed {
+		b.lmu.Unlock()
+		nc.Close()
+		return
+	}
+	b.conns.Add(1)
+	b.live[c] = struct{}{}
+	b.lmu.Unlock()
+	defer func() {
+		b.lmu.Lock()
+		delete(b.live, c)
+		b.lmu.Unlock()
+		b.conns.Done()
+	}()
+	c.serve()
+}
+
+// Shutdown stops accepting, disconnects every client with reason 0x8B
+// (MQTT 5) and waits for their connections to end or ctx to expire.
+// Wills of disconnected clients are handled as for any network failure:
+// sent now when their delay is zero, dropped with the in-memory sessions
+// otherwise.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	b.lmu.Lock()
+	if b.closed {
+		b.lmu.Unlock()
+		return nil
+	}
+	b.closed = true
+	ls := b.listeners
+	live := make([]*conn, 0, len(b.live))
+	for c := range b.live {
+		live = append(live, c)
+	}
+	b.lmu.Unlock()
+
+	for _, l := range ls {
+		l.Close(func(string) {})
+	}
+	for _, c := range live {
+		c.shutdown(rcShuttingDown, "")
+	}
+	close(b.stop)
+	if b.houseDone != nil {
+		<-b.houseDone
+	}
+	done := make(chan struct{})
+	go func() {
+		b.conns.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("broker: shutdown: %w", ctx.Err())
+	}
+}
+
+// newHandle gives a session its index handle; the caller holds b.mu.
+func (b *Broker) newHandle(s *session) (matcher.Handle, error) {
+	b.hmu.Lock()
+	defer b.hmu.Unlock()
+	if n := len(b.free); n > 0 {
+		h := b.free[n-1]
+		b.free = b.free[:n-1]
+		b.handles[h] = s
+		return h, nil
+	}
+	if len(b.handles) > int(matcher.MaxHandle) {
+		return 0, errors.New("too many sessions")
+	}
+	b.handles = append(b.handles, s)
+	return matcher.Handle(len(b.handles) - 1), nil
+}
+
+// endSession removes s for good: its subscriptions, queues and handle.
+// The caller holds b.mu.
+func (b *Broker) endSession(s *session) {
+	if b.sessions[s.id] == s {
+		delete(b.sessions, s.id)
+	}
+	s.mu.Lock()
+	s.ended = true
+	for f := range s.subs {
+		b.index.Unsubscribe(s.handle, f)
+	}
+	s.subs = nil
+	s.inflight, s.pending, s.pendingB, s.awaitingRel = nil, nil, 0, nil
+	s.mu.Unlock()
+	b.index.SetOnline(s.handle, true)
+	b.hmu.Lock()
+	b.handles[s.handle] = nil
+	b.free = append(b.free, s.handle)
+	b.hmu.Unlock()
+}
+
+// logDrop logs dropped messages at most once a minute, so that a stalled
+// client cannot fill the journal.
+func (b *Broker) logDrop(clientID, why string) {
+	now := time.Now().Unix()
+	last := b.dropLog.Load()
+	if now-last < 60 || !b.dropLog.CompareAndSwap(last, now) {
+		return
+	}
+	b.log.Warn("dropping messages", "client", clientID, "why", why, "dropped_total", b.stats.dropped.Load())
+}
+
+// housekeep runs once a second: due wills, expired sessions, stalled
+// windows, and $SYS.
+func (b *Broker) housekeep() {
+	defer close(b.houseDone)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var nextSys time.Time
+	for {
+		select {
+		case <-b.stop:
+			return
+		case now := <-tick.C:
+			b.sweep(now)
+			if b.opts.SysInterval > 0 && !now.Before(nextSys) {
+				b.publishSys(now)
+				nextSys = now.Add(b.opts.SysInterval)
+			}
+		}
+	}
+}
+
+// sweep sends due wills, ends expired sessions and disconnects clients
+// whose acknowledgements have stalled.
+func (b *Broker) sweep(now time.Time) {
+	var wills []*message
+	var stalled []*conn
+	b.mu.Lock()
+	for _, s := range b.sessions {
+		s.mu.Lock()
+		c := s.conn
+		if c == nil && s.will != nil && !s.willAt.IsZero() && !now.Before(s.willAt) {
+			wills = append(wills, s.will.message(now))
+			s.will = nil
+		}
+		if c != nil && len(s.inflight) > 0 && now.Sub(s.inflight[0].sent) > b.opts.InflightTimeout {
+			stalled = append(stalled, c)
+		}
+		expired := c == nil && !s.expireAt.IsZero() && !now.Before(s.expireAt)
+		if expired && s.will != nil {
+			// The session ends before the will delay: send it now
+			// [MQTT-3.1.3-9].
+			wills = append(wills, s.will.message(now))
+			s.will = nil
+		}
+		s.mu.Unlock()
+		if expired {
+			b.endSession(s)
+		}
+	}
+	b.mu.Unlock()
+	for _, m := range wills {
+		b.publish(m, matcher.NoHandle)
+	}
+	for _, c := range stalled {
+		b.log.Warn("disconnecting a stalled client", "client", c.clientID, "waited", b.opts.InflightTimeout)
+		c.shutdown(rcQuotaExceeded, "")
+	}
+}

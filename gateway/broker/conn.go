@@ -1,0 +1,535 @@
+package broker
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// conn is one network connection (or one in-process client) and its
+// outbound queue. The reader goroutine owns the packet loop; the writer
+// goroutine owns the socket's write side, the write buffer and the
+// outbound topic aliases.
+type conn struct {
+	b        *Broker
+	nc       net.Conn // nil for an in-process client
+	local    *Client  // the in-process client, nil for a network one
+	listener string
+	remote   string
+
+	// Set once CONNECT is accepted, read-only afterwards.
+	s           *session
+	clientID    string
+	user        string
+	v5          bool
+	window      int    // QoS 1/2 messages we may have in flight to the client
+	maxOut      uint32 // largest packet the client accepts, 0 for no limit
+	aliasMax    uint16 // topic aliases the client accepts from us
+	keepalive   time.Duration
+	problemOff  bool   // the client asked for no reason strings [MQTT-3.1.2-29]
+	askedExpiry uint32 // the session expiry interval CONNECT asked for
+
+	// qmu guards the outbound queue.
+	qmu     sync.Mutex
+	queue   []outItem
+	spare   []outItem
+	queuedB int
+	closing bool // no more items; the writer drains what is queued, then closes
+	wake    chan struct{}
+
+	// Reader side.
+	inAliases []string // topic aliases the client set, by alias
+
+	// Writer side.
+	outAliases map[string]uint16
+
+	willSent  atomic.Bool   // the connection's end has been handled
+	reason    atomic.Uint32 // reason code to send in a server DISCONNECT, +1; 0 for none
+	done      chan struct{} // closed when the writer has finished
+	closeOnce sync.Once
+}
+
+// outItem is one packet waiting to be written: a PUBLISH delivery, or the
+// bytes of a control packet.
+type outItem struct {
+	d   delivery
+	raw []byte
+	pid uint16
+	dup bool
+}
+
+func (it *outItem) size() int {
+	if it.raw != nil {
+		return len(it.raw)
+	}
+	return it.d.msg.size
+}
+
+// errors that end a connection.
+var (
+	errProtocol   = errors.New("protocol violation")
+	errTooLarge   = errors.New("packet too large")
+	errKickedOut  = errors.New("disconnected by the server")
+	errClientGone = errors.New("client disconnected")
+)
+
+// codeError carries the MQTT 5 reason code a connection ends with.
+type codeError struct {
+	code   byte
+	reason string
+}
+
+func (e *codeError) Error() string { return fmt.Sprintf("%s (reason 0x%02X)", e.reason, e.code) }
+
+func failure(code byte, format string, args ...any) error {
+	return &codeError{code: code, reason: fmt.Sprintf(format, args...)}
+}
+
+// Reason codes the broker sends (MQTT 5, §2.4).
+const (
+	rcSuccess              = 0x00
+	rcNoSubscriptionExists = 0x11
+	rcUnspecified          = 0x80
+	rcMalformed            = 0x81
+	rcProtocolError        = 0x82
+	rcImplementation       = 0x83
+	rcUnsupportedVersion   = 0x84
+	rcClientIDInvalid      = 0x85
+	rcBadUserPass          = 0x86
+	rcNotAuthorized        = 0x87
+	rcServerBusy           = 0x89
+	rcShuttingDown         = 0x8B
+	rcBadAuthMethod        = 0x8C
+	rcKeepAliveTimeout     = 0x8D
+	rcSessionTakenOver     = 0x8E
+	rcFilterInvalid        = 0x8F
+	rcTopicNameInvalid     = 0x90
+	rcPacketIDNotFound     = 0x92
+	rcReceiveMaxExceeded   = 0x93
+	rcTopicAliasInvalid    = 0x94
+	rcPacketTooLarge       = 0x95
+	rcQuotaExceeded        = 0x97
+	rcSharedNotSupported   = 0x9E
+)
+
+func newConn(b *Broker, nc net.Conn, listener string) *conn {
+	c := &conn{b: b, nc: nc, listener: listener, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if nc != nil {
+		c.remote = nc.RemoteAddr().String()
+	}
+	return c
+}
+
+// enqueueMsg queues a PUBLISH for the writer. QoS 0 messages past the
+// client's byte budget are refused (false); QoS 1/2 ones are always taken,
+// since the window already bounds them.
+func (c *conn) enqueueMsg(d delivery, pid uint16, dup bool) bool {
+	c.qmu.Lock()
+	if c.closing || (d.qos == 0 && c.queuedB+d.msg.size > c.b.opts.MaxQueuedBytes) {
+		c.qmu.Unlock()
+		return false
+	}
+	c.queue = append(c.queue, outItem{d: d, pid: pid, dup: dup})
+	c.queuedB += d.msg.size
+	c.qmu.Unlock()
+	c.signal()
+	return true
+}
+
+// enqueueControl queues the bytes of a control packet.
+func (c *conn) enqueueControl(raw []byte) {
+	c.qmu.Lock()
+	if c.closing {
+		c.qmu.Unlock()
+		return
+	}
+	c.queue = append(c.queue, outItem{raw: raw})
+	c.queuedB += len(raw)
+	c.qmu.Unlock()
+	c.signal()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take hands the writer everything queued, swapping in the spare slice so
+// that the queue's backing arrays are reused.
+func (c *conn) take() (items []outItem, closing bool) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	items, c.queue, c.spare = c.queue, c.spare[:0], nil
+	return items, c.closing
+}
+
+func (c *conn) giveBack(items []outItem, bytes int) {
+	clear(items)
+	c.qmu.Lock()
+	c.queuedB -= bytes
+	if cap(items) <= 256 {
+		c.spare = items[:0]
+	}
+	c.qmu.Unlock()
+}
+
+// writeBufs lends writers their buffers only while they have something to
+// write, so an idle connection holds none.
+var writeBufs = sync.Pool{}
+
+func (c *conn) getWriter() *bufio.Writer {
+	if w, ok := writeBufs.Get().(*bufio.Writer); ok && w.Size() == c.b.opts.WriteBuffer {
+		w.Reset(countingWriter{c})
+		return w
+	}
+	return bufio.NewWriterSize(countingWriter{c}, c.b.opts.WriteBuffer)
+}
+
+type countingWriter struct{ c *conn }
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	if err := w.c.nc.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return 0, err
+	}
+	n, err := w.c.nc.Write(p)
+	w.c.b.stats.bytesSent.Add(int64(n))
+	return n, err
+}
+
+// writeTimeout bounds one socket write: a peer that has stopped reading
+// for this long is gone, and holding its buffers helps nobody.
+const writeTimeout = 30 * time.Second
+
+// writeLoop is the connection's writer goroutine.
+func (c *conn) writeLoop() {
+	defer close(c.done)
+	var scratch []byte
+	for {
+		<-c.wake
+		items, closing := c.take()
+		if len(items) > 0 {
+			w := c.getWriter()
+			n, err := c.writeItems(w, items, &scratch)
+			if err == nil {
+				err = w.Flush()
+			}
+			w.Reset(nil)
+			writeBufs.Put(w)
+			c.giveBack(items, n)
+			if err != nil {
+				c.nc.Close()
+				c.drain()
+				return
+			}
+		}
+		if closing {
+			c.qmu.Lock()
+			empty := len(c.queue) == 0
+			c.qmu.Unlock()
+			if empty {
+				c.nc.Close()
+				return
+			}
+			c.signal()
+		}
+	}
+}
+
+// drain empties the queue after a write error so that its bytes are freed.
+func (c *conn) drain() {
+	c.qmu.Lock()
+	c.closing = true
+	clear(c.queue)
+	c.queue = nil
+	c.queuedB = 0
+	c.qmu.Unlock()
+}
+
+// writeItems writes items to w and returns the queue bytes they held.
+func (c *conn) writeItems(w *bufio.Writer, items []outItem, scratch *[]byte) (int, error) {
+	n := 0
+	for i := range items {
+		it := &items[i]
+		n += it.size()
+		if it.raw != nil {
+			if _, err := w.Write(it.raw); err != nil {
+				return n, err
+			}
+			continue
+		}
+		if it.d.msg == nil {
+			continue
+		}
+		if err := c.writePublish(w, it, scratch); err != nil {
+			return n, err
+		}
+		c.b.stats.msgsSent.Add(1)
+	}
+	return n, nil
+}
+
+// writePublish writes one PUBLISH, from the message's shared bytes when
+// this receiver needs nothing of its own.
+func (c *conn) writePublish(w *bufio.Writer, it *outItem, scratch *[]byte) error {
+	d := &it.d
+	var b []byte
+	if c.v5 && (len(d.subIDs) > 0 || c.aliasMax > 0) {
+		o := publishOpts{subIDs: d.subIDs}
+		if c.aliasMax > 0 {
+			o.alias, o.aliasOnly = c.outAlias(d.msg.topic)
+		}
+		*scratch = d.msg.encode((*scratch)[:0], true, d.qos, d.retain, o)
+		b = *scratch
+	} else {
+		b = d.msg.encoded(c.v5, d.qos, d.retain)
+	}
+	if c.maxOut > 0 && uint32(len(b)) > c.maxOut {
+		// Too large for the client: discard it as if it had been
+		// delivered [MQTT-3.1.2-24] [MQTT-3.1.2-25].
+		c.b.stats.dropped.Add(1)
+		if d.qos > 0 {
+			c.s.discard(it.pid)
+		}
+		return nil
+	}
+	h := b[0]
+	if it.dup {
+		h |= 0x08 // [MQTT-3.3.1-1]
+	}
+	if err := w.WriteByte(h); err != nil {
+		return err
+	}
+	if d.qos == 0 {
+		_, err := w.Write(b[1:])
+		return err
+	}
+	at := pidOffset(b)
+	if _, err := w.Write(b[1:at]); err != nil {
+		return err
+	}
+	var pid [2]byte
+	binary.BigEndian.PutUint16(pid[:], it.pid)
+	if _, err := w.Write(pid[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(b[at+2:])
+	return err
+}
+
+// outAlias returns the topic alias to send topic with, assigning a new one
+// while the client's topic alias maximum allows [MQTT-3.3.2-11]; aliasOnly
+// says the client already knows it.
+func (c *conn) outAlias(topic string) (alias uint16, aliasOnly bool) {
+	if a, ok := c.outAliases[topic]; ok {
+		return a, true
+	}
+	if len(c.outAliases) >= int(c.aliasMax) {
+		return 0, false
+	}
+	if c.outAliases == nil {
+		c.outAliases = make(map[string]uint16)
+	}
+	a := uint16(len(c.outAliases) + 1)
+	c.outAliases[topic] = a
+	return a, false
+}
+
+// noDisconnect asks shutdown to close without a server DISCONNECT.
+const noDisconnect = -1
+
+// shutdown stops the connection: a server DISCONNECT with code (MQTT 5
+// only, unless code is noDisconnect) is written after what is queued, then
+// the socket closes. reason is the text sent with it; empty for the
+// code's usual text. It is safe to call more than once, from any goroutine.
+func (c *conn) shutdown(code int, reason string) {
+	c.closeOnce.Do(func() {
+		if code >= 0 && c.v5 && c.nc != nil {
+			if reason == "" {
+				reason = disconnectReason(byte(code))
+			}
+			c.enqueueControl(disconnectPacket(byte(code), reason))
+		}
+		c.qmu.Lock()
+		c.closing = true
+		c.qmu.Unlock()
+		c.signal()
+		if c.nc == nil {
+			return
+		}
+		// A reader blocked on the socket must wake: the writer closes the
+		// socket once its queue is written, and a deadline covers a
+		// writer that is stuck.
+		_ = c.nc.SetReadDeadline(time.Now())
+		go func() {
+			select {
+			case <-c.done:
+			case <-time.After(writeTimeout):
+				c.nc.Close()
+			}
+		}()
+	})
+}
+
+// readPacket reads one packet: its fixed header byte and body. The body is
+// a fresh slice: the codec's strings point into it, and a PUBLISH keeps it
+// as its payload.
+func (c *conn) readPacket(r *bufio.Reader, maxSize int) (packets.FixedHeader, []byte, error) {
+	var fh packets.FixedHeader
+	hb, err := r.ReadByte()
+	if err != nil {
+		return fh, nil, err
+	}
+	if err := fh.Decode(hb); err != nil {
+		return fh, nil, failure(rcMalformed, "bad fixed header flags 0x%02X", hb)
+	}
+	n, lenBytes, err := readLength(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return fh, nil, io.ErrUnexpectedEOF
+		}
+		return fh, nil, failure(rcMalformed, "bad remaining length")
+	}
+	if 1+lenBytes+n > maxSize {
+		// [MQTT-3.2.2-15]: a packet above the Maximum Packet Size we
+		// announced is a protocol error; close with 0x95.
+		return fh, nil, failure(rcPacketTooLarge, "packet of %d bytes is larger than the maximum %d", 1+lenBytes+n, maxSize)
+	}
+	fh.Remaining = n
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fh, nil, err
+	}
+	c.b.stats.bytesRecv.Add(int64(1 + lenBytes + n))
+	return fh, body, nil
+}
+
+// readLength reads a remaining length. The codec's decoder takes a fifth
+// byte when the first four carry nothing, and any number of 0x80 bytes;
+// the length is at most four bytes [MQTT-1.5.5-1] (3.1.1 §2.2.3).
+func readLength(r io.ByteReader) (n, size int, err error) {
+	mult := 1
+	for size < 4 {
+		b, err := r.ReadByte()
+		if err != nil {
+			return 0, size + 1, err
+		}
+		size++
+		n += int(b&0x7f) * mult
+		if b&0x80 == 0 {
+			return n, size, nil
+		}
+		mult *= 128
+	}
+	return 0, size, errors.New("remaining length longer than four bytes")
+}
+
+// decode runs one of the codec's decoders on body under recover: the codec
+// panics on some truncated inputs, and no input may take the broker down.
+func decode(pk *packets.Packet, body []byte, fn func(*packets.Packet, []byte) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = failure(rcMalformed, "malformed %s packet", packetName(pk.FixedHeader.Type))
+		}
+	}()
+	if err := fn(pk, body); err != nil {
+		var code packets.Code
+		if errors.As(err, &code) {
+			return failure(code.Code, "malformed %s packet: %s", packetName(pk.FixedHeader.Type), code.Reason)
+		}
+		return failure(rcMalformed, "malformed %s packet: %v", packetName(pk.FixedHeader.Type), err)
+	}
+	return nil
+}
+
+func packetName(t byte) string {
+	if int(t) < len(packets.PacketNames) {
+		return packets.PacketNames[t]
+	}
+	return fmt.Sprintf("type %d", t)
+}
+
+// encodePacket runs one of the codec's encoders into a fresh slice.
+func encodePacket(pk *packets.Packet, fn func(*packets.Packet, *bytes.Buffer) error) []byte {
+	var buf bytes.Buffer
+	_ = fn(pk, &buf)
+	return buf.Bytes()
+}
+
+func ackPacket(kind byte, pid uint16, code byte, v5 bool, reason string) []byte {
+	if code == rcSuccess && reason == "" {
+		// The common case in four bytes: MQTT 5 leaves out a success
+		// reason code with no properties [MQTT-3.4.2-1].
+		h := kind << 4
+		if kind == packets.Pubrel {
+			h |= 0x02 // [MQTT-3.6.1-1]
+		}
+		return []byte{h, 2, byte(pid >> 8), byte(pid)}
+	}
+	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: kind}, PacketID: pid, ReasonCode: code}
+	if kind == packets.Pubrel {
+		pk.FixedHeader.Qos = 1 // [MQTT-3.6.1-1]
+	}
+	if v5 {
+		pk.ProtocolVersion = 5
+		pk.Properties.ReasonString = reason
+	} else {
+		pk.ProtocolVersion = 4
+		pk.ReasonCode = 0
+	}
+	switch kind {
+	case packets.Puback:
+		return encodePacket(pk, (*packets.Packet).PubackEncode)
+	case packets.Pubrec:
+		return encodePacket(pk, (*packets.Packet).PubrecEncode)
+	case packets.Pubrel:
+		return encodePacket(pk, (*packets.Packet).PubrelEncode)
+	default:
+		return encodePacket(pk, (*packets.Packet).PubcompEncode)
+	}
+}
+
+func pubrelPacket(pid uint16, v5 bool) []byte { return ackPacket(packets.Pubrel, pid, 0, v5, "") }
+
+func disconnectPacket(code byte, reason string) []byte {
+	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 5, ReasonCode: code}
+	pk.Properties.ReasonString = reason
+	return encodePacket(pk, (*packets.Packet).DisconnectEncode)
+}
+
+// ackReason returns reason, or "" when the client asked for no problem
+// information on acknowledgements [MQTT-3.1.2-29].
+func (c *conn) ackReason(reason string) string {
+	if c.problemOff {
+		return ""
+	}
+	return reason
+}
+
+// disconnectReason is the text a server DISCONNECT carries for code.
+func disconnectReason(code byte) string {
+	switch code {
+	case rcShuttingDown:
+		return "server shutting down"
+	case rcSessionTakenOver:
+		return "another connection took over this client id"
+	case rcKeepAliveTimeout:
+		return "nothing received within 1.5 times the keep alive"
+	case rcQuotaExceeded:
+		return "acknowledgements stalled past the broker's limit"
+	}
+	return ""
+}

@@ -1,0 +1,193 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Message is an application message as an in-process client sees it.
+type Message struct {
+	Topic   string
+	Payload []byte // shared with other receivers: do not modify
+	QoS     byte
+	Retain  bool
+}
+
+// Handler receives the messages of one in-process subscription. Handlers
+// of one client run one at a time, in order, on the client's own
+// goroutine; a slow handler delays only its own client.
+type Handler func(Message)
+
+// Client is an in-process client: the sensors, the bridge and actuators
+// publish and subscribe through it, on the same router as network
+// clients, without a socket. Its deliveries are bounded like a network
+// client's (broker.max_queued_bytes and the inflight window), so a slow
+// handler loses QoS 0 messages past its budget rather than stalling
+// publishers. In-process clients are trusted: the ACL does not apply.
+type Client struct {
+	b *Broker
+	c *conn
+
+	mu       sync.Mutex
+	handlers map[uint32]Handler // by subscription identifier
+	filters  map[string]uint32
+	nextID   uint32
+}
+
+// ErrClientClosed is returned by a Client used after Close.
+var ErrClientClosed = errors.New("broker: in-process client closed")
+
+// Connect opens an in-process client session under clientID, which must
+// not be used by network clients. The session ends when the client closes.
+func (b *Broker) Connect(clientID string) (*Client, error) {
+	if clientID == "" {
+		return nil, errors.New("broker: in-process client: empty client id")
+	}
+	c := newConn(b, nil, "in-process")
+	c.clientID = clientID
+	c.v5 = true
+	c.window = b.opts.MaxInflight
+	cl := &Client{b: b, c: c, handlers: make(map[uint32]Handler), filters: make(map[string]uint32)}
+	c.local = cl
+	if err := b.attach(c, true, 0, nil, func(bool) {}); err != nil {
+		return nil, fmt.Errorf("broker: in-process client %q: %w", clientID, err)
+	}
+	b.stats.connected.Add(1)
+	go c.localLoop()
+	return cl, nil
+}
+
+// Publish routes a message to every matching subscriber and returns once it
+// has been routed (queued, in flight or counted as dropped for each). ctx
+// bounds the wait; an expired ctx publishes nothing.
+func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if cl.c.closingNow() {
+		return ErrClientClosed
+	}
+	if err := matcher.ValidateTopic(topic); err != nil {
+		return fmt.Errorf("broker: publish: %w", err)
+	}
+	if qos > 2 {
+		return fmt.Errorf("broker: publish to %q: QoS %d; use 0, 1 or 2", topic, qos)
+	}
+	cl.b.stats.msgsRecv.Add(1)
+	cl.b.publish(newMessage(topic, payload, qos, retain, nil, time.Now()), cl.c.s.handle)
+	return nil
+}
+
+// Subscribe adds a subscription whose messages go to h; subscribing again
+// to the same filter replaces its QoS and handler. Retained messages are
+// delivered to h as for a network client's new subscription.
+func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
+	if err := matcher.ValidateFilter(filter); err != nil {
+		return fmt.Errorf("broker: subscribe: %w", err)
+	}
+	if qos > 2 {
+		return fmt.Errorf("broker: subscribe to %q: QoS %d; use 0, 1 or 2", filter, qos)
+	}
+	if cl.c.closingNow() {
+		return ErrClientClosed
+	}
+	cl.mu.Lock()
+	id, ok := cl.filters[filter]
+	if !ok {
+		cl.nextID++
+		id = cl.nextID
+		cl.filters[filter] = id
+	}
+	cl.handlers[id] = h
+	cl.mu.Unlock()
+	code, err := cl.c.subscribeOne(packets.Subscription{Filter: filter, Qos: qos}, id, func(inner string, q byte) {
+		now := time.Now().UnixNano()
+		cl.b.retained.match(inner, func(m *message) {
+			if !m.expired(now) {
+				cl.c.s.deliver(cl.b, delivery{msg: m, qos: min(m.qos, q), retain: true, subIDs: []uint32{id}})
+			}
+		})
+	})
+	if err == nil && code >= 0x80 {
+		err = fmt.Errorf("broker: subscribe to %q refused with reason 0x%02X", filter, code)
+	}
+	return err
+}
+
+// Unsubscribe removes the subscription to filter.
+func (cl *Client) Unsubscribe(filter string) {
+	s := cl.c.s
+	s.mu.Lock()
+	if _, ok := s.subs[filter]; ok {
+		cl.b.index.Unsubscribe(s.handle, filter)
+		delete(s.subs, filter)
+	}
+	s.mu.Unlock()
+	cl.mu.Lock()
+	if id, ok := cl.filters[filter]; ok {
+		delete(cl.filters, filter)
+		delete(cl.handlers, id)
+	}
+	cl.mu.Unlock()
+}
+
+// Close ends the client's session after its queued messages are handled.
+func (cl *Client) Close() {
+	cl.c.shutdown(noDisconnect, "")
+	<-cl.c.done
+	cl.b.detach(cl.c, true)
+}
+
+// localLoop is an in-process client's delivery goroutine: it calls the
+// handlers and acknowledges QoS 1/2 messages once they return.
+func (c *conn) localLoop() {
+	defer close(c.done)
+	for {
+		<-c.wake
+		items, closing := c.take()
+		n := 0
+		for i := range items {
+			it := &items[i]
+			n += it.size()
+			if it.d.msg != nil {
+				c.local.dispatch(it)
+				c.b.stats.msgsSent.Add(1)
+			}
+		}
+		c.giveBack(items, n)
+		if closing {
+			c.qmu.Lock()
+			empty := len(c.queue) == 0
+			c.qmu.Unlock()
+			if empty {
+				return
+			}
+			c.signal()
+		}
+	}
+}
+
+func (cl *Client) dispatch(it *outItem) {
+	d := &it.d
+	m := Message{Topic: d.msg.topic, Payload: d.msg.payload, QoS: d.qos, Retain: d.retain}
+	cl.mu.Lock()
+	hs := make([]Handler, 0, len(d.subIDs))
+	for _, id := range d.subIDs {
+		if h := cl.handlers[id]; h != nil {
+			hs = append(hs, h)
+		}
+	}
+	cl.mu.Unlock()
+	for _, h := range hs {
+		h(m)
+	}
+	if d.qos > 0 {
+		cl.c.s.discard(it.pid)
+	}
+}

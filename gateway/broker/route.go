@@ -1,0 +1,261 @@
+package broker
+
+import (
+	"encoding/binary"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// routeBuf is the scratch space of one publish: the matcher's result and
+// the sessions it names. Pooled, so routing allocates nothing per message
+// once warm.
+type routeBuf struct {
+	r        matcher.Result
+	sessions []*session
+}
+
+var routeBufs = sync.Pool{New: func() any { return new(routeBuf) }}
+
+// publish routes m to every matching session and stores or clears it as
+// the retained message of its topic. from is the publishing session, for
+// No Local; NoHandle for messages the broker makes. It returns the number
+// of sessions matched.
+func (b *Broker) publish(m *message, from matcher.Handle) int {
+	if m.retain {
+		if len(m.payload) == 0 {
+			b.retained.delete(m.topic) // [MQTT-3.3.1-6] [MQTT-3.3.1-7]
+		} else {
+			b.retained.set(m) // [MQTT-3.3.1-5]
+		}
+	}
+	rb := routeBufs.Get().(*routeBuf)
+	b.index.Match(m.topic, from, &rb.r)
+	ds := rb.r.Deliveries
+	b.hmu.RLock()
+	for _, d := range ds {
+		rb.sessions = append(rb.sessions, b.handles[d.Handle])
+	}
+	b.hmu.RUnlock()
+	for i, d := range ds {
+		s := rb.sessions[i]
+		if s == nil {
+			continue
+		}
+		dl := delivery{
+			msg: m,
+			qos: min(m.qos, d.Opts.QoS()), // [MQTT-3.8.4-8]
+			// The retain flag survives only with Retain As Published
+			// (MQTT 5 [MQTT-3.3.1-12]); 3.1.1 subscriptions never have
+			// it, and get it cleared (3.1.1 [MQTT-3.3.1-9]).
+			retain: m.retain && d.Opts&matcher.RetainAsPublished != 0,
+		}
+		if d.ID != 0 {
+			dl.subIDs = rb.r.IDs(i, nil) // [MQTT-3.3.4-3] [MQTT-3.3.4-5]
+			if len(dl.subIDs) == 0 {
+				dl.subIDs = nil
+			}
+		}
+		s.deliver(b, dl)
+	}
+	clear(rb.sessions)
+	rb.sessions = rb.sessions[:0]
+	routeBufs.Put(rb)
+	return len(ds)
+}
+
+// onSubscribe handles SUBSCRIBE: each filter is checked and subscribed on
+// its own, SUBACK answers them all in order [MQTT-3.8.4-6], and retained
+// messages follow it.
+func (c *conn) onSubscribe(pk *packets.Packet) error {
+	b := c.b
+	if pk.PacketID == 0 {
+		return failure(rcProtocolError, "SUBSCRIBE without a packet identifier") // [MQTT-2.2.1-3]
+	}
+	if len(pk.Filters) == 0 {
+		return failure(rcProtocolError, "SUBSCRIBE with no filters") // [MQTT-3.8.3-2]
+	}
+	var id uint32
+	if c.v5 && len(pk.Properties.SubscriptionIdentifier) > 0 {
+		v := pk.Properties.SubscriptionIdentifier[0]
+		if v <= 0 || v > 268_435_455 {
+			return failure(rcProtocolError, "subscription identifier %d is outside 1..268435455", v)
+		}
+		id = uint32(v)
+	}
+	type retainedFor struct {
+		filter string
+		qos    byte
+	}
+	var wantRetained []retainedFor
+	codes := make([]byte, len(pk.Filters))
+	s := c.s
+	for i, f := range pk.Filters {
+		code, err := c.subscribeOne(f, id, func(filter string, qos byte) {
+			wantRetained = append(wantRetained, retainedFor{filter, qos})
+		})
+		if err != nil {
+			return err
+		}
+		codes[i] = code
+	}
+	ack := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, PacketID: pk.PacketID, ReasonCodes: codes, ProtocolVersion: 4}
+	if c.v5 {
+		ack.ProtocolVersion = 5
+	}
+	c.enqueueControl(encodePacket(ack, (*packets.Packet).SubackEncode))
+	var ids []uint32
+	if id != 0 {
+		ids = []uint32{id}
+	}
+	now := time.Now().UnixNano()
+	for _, w := range wantRetained {
+		b.retained.match(w.filter, func(m *message) {
+			if m.expired(now) {
+				return
+			}
+			// Sent because of a new subscription: retain set [MQTT-3.3.1-8].
+			s.deliver(b, delivery{msg: m, qos: min(m.qos, w.qos), retain: true, subIDs: ids})
+		})
+	}
+	return nil
+}
+
+// subscribeOne subscribes one filter and returns its SUBACK code. It calls
+// retained when the filter's retained messages are due.
+func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(filter string, qos byte)) (byte, error) {
+	b := c.b
+	fail := func(v5code byte) (byte, error) {
+		if c.v5 {
+			return v5code, nil
+		}
+		return 0x80, nil // the only 3.1.1 failure code [MQTT-3.9.3-2]
+	}
+	if err := matcher.ValidateFilter(f.Filter); err != nil {
+		b.log.Debug("subscribe refused", "client", c.clientID, "filter", f.Filter, "err", err)
+		return fail(rcFilterInvalid)
+	}
+	_, inner, shared := matcher.SplitShared(f.Filter)
+	if shared && f.NoLocal {
+		return 0, failure(rcProtocolError, "No Local on shared subscription %q", f.Filter) // [MQTT-3.8.3-4]
+	}
+	if f.RetainHandling == 3 {
+		return 0, failure(rcProtocolError, "retain handling 3") // [MQTT-3.8.3-5]
+	}
+	if c.local == nil && !c.b.acl.CanSubscribe(c.user, c.clientID, f.Filter) {
+		b.log.Debug("subscribe denied", "client", c.clientID, "user", c.user, "filter", f.Filter)
+		return fail(rcNotAuthorized)
+	}
+	opts := matcher.Options(f.Qos)
+	if f.NoLocal {
+		opts |= matcher.NoLocal
+	}
+	if f.RetainAsPublished {
+		opts |= matcher.RetainAsPublished
+	}
+	opts |= matcher.Options(f.RetainHandling<<4) & matcher.RetainHandlingMask
+
+	s := c.s
+	s.mu.Lock()
+	_, existed := s.subs[f.Filter]
+	if !existed && c.local == nil && len(s.subs) >= b.opts.MaxSubscriptions {
+		s.mu.Unlock()
+		b.log.Info("subscription limit reached", "client", c.clientID, "limit", b.opts.MaxSubscriptions)
+		return fail(rcQuotaExceeded)
+	}
+	filter := strings.Clone(f.Filter)
+	if _, err := b.index.Subscribe(s.handle, filter, opts, id); err != nil {
+		s.mu.Unlock()
+		return fail(rcFilterInvalid)
+	}
+	s.subs[filter] = subscription{opts: opts, id: id}
+	s.mu.Unlock()
+
+	// Retained messages: not for shared subscriptions (MQTT 5 §4.8.2);
+	// retain handling 0 sends them, 1 only for a new subscription, 2
+	// never (MQTT 5 [MQTT-3.3.1-9] to [MQTT-3.3.1-11]).
+	rh := f.RetainHandling
+	if !shared && (rh == 0 || (rh == 1 && !existed)) {
+		retained(inner, f.Qos)
+	}
+	return f.Qos, nil // [MQTT-3.9.3-1]
+}
+
+// onUnsubscribe handles UNSUBSCRIBE; UNSUBACK answers every filter
+// [MQTT-3.10.4-4] [MQTT-3.10.4-5].
+func (c *conn) onUnsubscribe(pk *packets.Packet) error {
+	if pk.PacketID == 0 {
+		return failure(rcProtocolError, "UNSUBSCRIBE without a packet identifier")
+	}
+	if len(pk.Filters) == 0 {
+		return failure(rcProtocolError, "UNSUBSCRIBE with no filters") // [MQTT-3.10.3-2]
+	}
+	codes := make([]byte, len(pk.Filters))
+	s := c.s
+	s.mu.Lock()
+	for i, f := range pk.Filters {
+		if _, ok := s.subs[f.Filter]; ok {
+			c.b.index.Unsubscribe(s.handle, f.Filter)
+			delete(s.subs, f.Filter)
+			codes[i] = rcSuccess
+		} else {
+			codes[i] = rcNoSubscriptionExists
+		}
+	}
+	s.mu.Unlock()
+	ack := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsuback}, PacketID: pk.PacketID, ReasonCodes: codes, ProtocolVersion: 4}
+	if c.v5 {
+		ack.ProtocolVersion = 5
+	}
+	c.enqueueControl(encodePacket(ack, (*packets.Packet).UnsubackEncode))
+	return nil
+}
+
+// checkSubscribeOptions validates the options bytes of a SUBSCRIBE body,
+// which the codec does not: reserved bits must be zero [MQTT-3.8.3-5].
+func checkSubscribeOptions(body []byte, v5 bool) error {
+	if len(body) < 2 {
+		// Not under decode's recover: a short body must not reach the
+		// slicing below.
+		return failure(rcMalformed, "SUBSCRIBE without a packet identifier")
+	}
+	off := 2
+	if v5 {
+		n, lb, ok := varint(body[off:])
+		if !ok {
+			return failure(rcMalformed, "SUBSCRIBE properties length")
+		}
+		off += lb + n
+	}
+	for off < len(body) {
+		if off+2 > len(body) {
+			return failure(rcMalformed, "truncated SUBSCRIBE")
+		}
+		off += 2 + int(binary.BigEndian.Uint16(body[off:]))
+		if off >= len(body) {
+			return failure(rcMalformed, "SUBSCRIBE filter without options")
+		}
+		o := body[off]
+		if (v5 && o&0xC0 != 0) || (!v5 && o&0xFC != 0) {
+			return failure(rcMalformed, "reserved bits set in subscription options 0x%02X", o)
+		}
+		off++
+	}
+	return nil
+}
+
+// varint decodes an MQTT variable byte integer and its length.
+func varint(b []byte) (n, size int, ok bool) {
+	mult := 1
+	for i := 0; i < 4 && i < len(b); i++ {
+		n += int(b[i]&0x7f) * mult
+		if b[i]&0x80 == 0 {
+			return n, i + 1, true
+		}
+		mult *= 128
+	}
+	return 0, 0, false
+}

@@ -1,0 +1,304 @@
+package broker
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// connectTimeout bounds the wait for CONNECT after a socket opens
+// (a TLS handshake included), so that idle sockets cannot pile up.
+const connectTimeout = 10 * time.Second
+
+// serve is the reader goroutine: CONNECT, then the packet loop, then the
+// end of the connection (will, session) however it came.
+func (c *conn) serve() {
+	defer c.nc.Close()
+	r := bufio.NewReaderSize(c.nc, c.b.opts.ReadBuffer)
+	_ = c.nc.SetReadDeadline(time.Now().Add(connectTimeout))
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			c.b.log.Debug("tls handshake failed", "remote", c.remote, "err", err)
+			return
+		}
+	}
+	if !c.connect(r) {
+		return
+	}
+	go c.writeLoop()
+	err := c.loop(r)
+	c.end(err)
+	<-c.done
+}
+
+// loop reads and handles packets until the connection fails or ends.
+func (c *conn) loop(r *bufio.Reader) error {
+	// The Maximum Packet Size we announce [MQTT-3.1.2-24].
+	maxSize := c.b.opts.MaxPacketSize
+	for {
+		if c.keepalive > 0 {
+			// [MQTT-3.1.2-22]: one and a half keep alive periods.
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.keepalive * 3 / 2))
+		} else {
+			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		fh, body, err := c.readPacket(r, maxSize)
+		if err != nil {
+			return err
+		}
+		if err := c.handle(fh, body); err != nil {
+			return err
+		}
+	}
+}
+
+// handle dispatches one packet after CONNECT.
+func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
+	pk := &packets.Packet{FixedHeader: fh, ProtocolVersion: 4}
+	if c.v5 {
+		pk.ProtocolVersion = 5
+	}
+	switch fh.Type {
+	case packets.Publish:
+		if err := decode(pk, body, (*packets.Packet).PublishDecode); err != nil {
+			return err
+		}
+		return c.onPublish(pk)
+	case packets.Puback, packets.Pubrec, packets.Pubcomp:
+		if err := decode(pk, body, decodeAck(fh.Type)); err != nil {
+			return err
+		}
+		failed := pk.ReasonCode >= 0x80
+		if !c.s.ack(fh.Type, pk.PacketID, failed) {
+			// An ack for nothing we sent: harmless after a takeover or
+			// a discard, so it is ignored rather than fatal.
+			if fh.Type == packets.Pubrec {
+				// Answer with PUBREL 0x92 so that the client can free
+				// the identifier.
+				c.enqueueControl(ackPacket(packets.Pubrel, pk.PacketID, rcPacketIDNotFound, c.v5, ""))
+			}
+			return nil
+		}
+		if fh.Type == packets.Pubrec && !failed {
+			c.enqueueControl(pubrelPacket(pk.PacketID, c.v5)) // [MQTT-4.3.3-4]
+		}
+		return nil
+	case packets.Pubrel:
+		if err := decode(pk, body, (*packets.Packet).PubrelDecode); err != nil {
+			return err
+		}
+		c.s.mu.Lock()
+		_, ok := c.s.awaitingRel[pk.PacketID]
+		delete(c.s.awaitingRel, pk.PacketID)
+		c.s.mu.Unlock()
+		code := byte(rcSuccess)
+		if !ok {
+			code = rcPacketIDNotFound
+		}
+		c.enqueueControl(ackPacket(packets.Pubcomp, pk.PacketID, code, c.v5, "")) // [MQTT-4.3.3-11]
+		return nil
+	case packets.Subscribe:
+		if err := checkSubscribeOptions(body, c.v5); err != nil {
+			return err
+		}
+		if err := decode(pk, body, (*packets.Packet).SubscribeDecode); err != nil {
+			return err
+		}
+		return c.onSubscribe(pk)
+	case packets.Unsubscribe:
+		if err := decode(pk, body, (*packets.Packet).UnsubscribeDecode); err != nil {
+			return err
+		}
+		return c.onUnsubscribe(pk)
+	case packets.Pingreq:
+		if len(body) != 0 {
+			return failure(rcMalformed, "PINGREQ with a body")
+		}
+		c.enqueueControl(pingresp)
+		return nil
+	case packets.Disconnect:
+		// The codec skips a lone reason code; read it here.
+		if c.v5 && len(body) > 0 {
+			pk.ReasonCode = body[0]
+			if len(body) > 1 {
+				// The codec also skips a property length that is the
+				// last byte; the properties must fill the rest exactly.
+				if n, lb, ok := varint(body[1:]); !ok || 1+lb+n != len(body) {
+					return failure(rcMalformed, "DISCONNECT properties length")
+				}
+				if err := decode(pk, body, (*packets.Packet).DisconnectDecode); err != nil {
+					return err
+				}
+			}
+		} else if len(body) > 0 {
+			return failure(rcMalformed, "DISCONNECT with a body")
+		}
+		return c.onDisconnect(pk)
+	case packets.Connect:
+		return failure(rcProtocolError, "second CONNECT") // [MQTT-3.1.0-2]
+	case packets.Auth:
+		// No authentication method was accepted at CONNECT, so AUTH is
+		// a protocol error [MQTT-4.12.0-1].
+		return failure(rcProtocolError, "AUTH without an authentication method")
+	default:
+		return failure(rcProtocolError, "%s is not sent by clients", packetName(fh.Type))
+	}
+}
+
+var pingresp = []byte{packets.Pingresp << 4, 0}
+
+func decodeAck(t byte) func(*packets.Packet, []byte) error {
+	switch t {
+	case packets.Puback:
+		return (*packets.Packet).PubackDecode
+	case packets.Pubrec:
+		return (*packets.Packet).PubrecDecode
+	default:
+		return (*packets.Packet).PubcompDecode
+	}
+}
+
+// onPublish handles a client's PUBLISH.
+func (c *conn) onPublish(pk *packets.Packet) error {
+	c.b.stats.msgsRecv.Add(1)
+	if pk.FixedHeader.Qos > 0 && pk.PacketID == 0 {
+		return failure(rcProtocolError, "PUBLISH QoS %d without a packet identifier", pk.FixedHeader.Qos) // [MQTT-2.2.1-3]
+	}
+	if len(pk.Properties.SubscriptionIdentifier) > 0 {
+		return failure(rcProtocolError, "PUBLISH from a client carries a subscription identifier") // [MQTT-3.3.4-6]
+	}
+	topic := pk.TopicName
+	if c.v5 && pk.Properties.TopicAliasFlag {
+		a := int(pk.Properties.TopicAlias)
+		if a == 0 || a > c.b.opts.TopicAliasMax {
+			return failure(rcTopicAliasInvalid, "topic alias %d is outside 1..%d", a, c.b.opts.TopicAliasMax) // [MQTT-3.3.2-9] [MQTT-3.3.2-10]
+		}
+		if c.inAliases == nil {
+			c.inAliases = make([]string, c.b.opts.TopicAliasMax+1)
+		}
+		if topic == "" {
+			topic = c.inAliases[a]
+			if topic == "" {
+				return failure(rcProtocolError, "topic alias %d is not set", a)
+			}
+		} else {
+			c.inAliases[a] = strings.Clone(topic)
+		}
+	}
+	if err := matcher.ValidateTopic(topic); err != nil {
+		return failure(rcTopicNameInvalid, "%v", err) // [MQTT-3.3.2-1] [MQTT-3.3.2-2]
+	}
+	qos := pk.FixedHeader.Qos
+	// Clients may not publish into the broker's own $ topics, and the ACL
+	// decides the rest.
+	allowed := !strings.HasPrefix(topic, "$") && c.b.acl.CanPublish(c.user, c.clientID, topic)
+
+	if qos == 2 {
+		c.s.mu.Lock()
+		_, dup := c.s.awaitingRel[pk.PacketID]
+		if !dup && len(c.s.awaitingRel) >= c.b.opts.ReceiveMaximum {
+			c.s.mu.Unlock()
+			return failure(rcReceiveMaxExceeded, "more than %d QoS 2 publishes awaiting PUBREL", c.b.opts.ReceiveMaximum) // [MQTT-3.3.4-7]
+		}
+		if !dup && allowed {
+			if c.s.awaitingRel == nil {
+				c.s.awaitingRel = make(map[uint16]struct{})
+			}
+			c.s.awaitingRel[pk.PacketID] = struct{}{}
+		}
+		c.s.mu.Unlock()
+		if dup {
+			// Already routed: acknowledge again, deliver nothing twice
+			// [MQTT-4.3.3-10].
+			c.enqueueControl(ackPacket(packets.Pubrec, pk.PacketID, rcSuccess, c.v5, ""))
+			return nil
+		}
+	}
+	if !allowed {
+		c.b.log.Debug("publish denied", "client", c.clientID, "user", c.user, "topic", topic)
+		if qos > 0 {
+			kind := byte(packets.Puback)
+			if qos == 2 {
+				kind = packets.Pubrec
+			}
+			c.enqueueControl(ackPacket(kind, pk.PacketID, rcNotAuthorized, c.v5, c.ackReason("not authorized to publish to "+topic)))
+		}
+		return nil
+	}
+	var props *packets.Properties
+	if c.v5 {
+		props = &pk.Properties
+	}
+	// topic and payload point into the packet's own buffer, which the
+	// message keeps; an alias-resolved topic is the alias table's copy.
+	m := newMessage(topic, pk.Payload, qos, pk.FixedHeader.Retain, props, time.Now())
+	c.b.publish(m, c.s.handle)
+	switch qos {
+	case 1:
+		c.enqueueControl(ackPacket(packets.Puback, pk.PacketID, rcSuccess, c.v5, ""))
+	case 2:
+		c.enqueueControl(ackPacket(packets.Pubrec, pk.PacketID, rcSuccess, c.v5, ""))
+	}
+	return nil
+}
+
+// onDisconnect handles a client's DISCONNECT: the end of a normal close.
+func (c *conn) onDisconnect(pk *packets.Packet) error {
+	if c.v5 && pk.Properties.SessionExpiryIntervalFlag {
+		if c.askedExpiry == 0 && pk.Properties.SessionExpiryInterval != 0 {
+			// [MQTT-3.14.2-2]: a session that was to end may not be
+			// revived at DISCONNECT.
+			return failure(rcProtocolError, "session expiry set at DISCONNECT after CONNECT asked for 0")
+		}
+		c.s.mu.Lock()
+		c.s.expiry = min(time.Duration(pk.Properties.SessionExpiryInterval)*time.Second, c.b.opts.MaxSessionExpiry)
+		c.s.mu.Unlock()
+	}
+	if pk.ReasonCode == 0x04 {
+		return errDisconnectWithWill // [MQTT-3.14.4-3]: send the will anyway
+	}
+	return errClientGone
+}
+
+var errDisconnectWithWill = errors.New("client disconnected asking for its will")
+
+// end runs once when the packet loop stops: it reports the reason to the
+// client (MQTT 5), detaches the session and handles the will.
+func (c *conn) end(err error) {
+	var ce *codeError
+	switch {
+	case errors.Is(err, errClientGone), errors.Is(err, errDisconnectWithWill):
+		c.shutdown(noDisconnect, "")
+	case errors.As(err, &ce):
+		c.b.log.Info("closing connection", "client", c.clientID, "remote", c.remote, "reason", ce.reason)
+		c.shutdown(int(ce.code), ce.reason)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if c.closingNow() {
+			c.shutdown(noDisconnect, "")
+			break
+		}
+		c.b.log.Info("keep alive timeout", "client", c.clientID, "remote", c.remote, "keepalive", c.keepalive)
+		c.shutdown(rcKeepAliveTimeout, "")
+	default:
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			c.b.log.Debug("connection lost", "client", c.clientID, "remote", c.remote, "err", err)
+		}
+		c.shutdown(noDisconnect, "")
+	}
+	normal := errors.Is(err, errClientGone)
+	c.b.detach(c, normal)
+}
+
+func (c *conn) closingNow() bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.closing
+}

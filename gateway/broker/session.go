@@ -1,0 +1,231 @@
+package broker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// session is the state MQTT keeps for one client identifier, across its
+// connections when it is persistent. Its fields are guarded by mu, except
+// id and handle, which never change.
+type session struct {
+	id     string
+	handle matcher.Handle
+
+	// mu guards everything below. Lock order: Broker.mu, then session.mu,
+	// then conn.qmu.
+	mu       sync.Mutex
+	conn     *conn // the live connection, nil while the client is away
+	user     string
+	subs     map[string]subscription // by filter as subscribed, $share prefix included
+	inflight []*flight               // QoS 1/2 sent and not yet completed, in send order
+	pending  []delivery              // QoS 1/2 waiting for window room or for the client to return
+	pendingB int                     // bytes of pending
+	nextPID  uint16
+	// awaitingRel holds the packet identifiers of QoS 2 PUBLISHes received
+	// and routed, whose PUBREL has not come yet [MQTT-4.3.3-10].
+	awaitingRel map[uint16]struct{}
+
+	expiry   time.Duration // session expiry interval; 0 ends the session with its connection
+	expireAt time.Time     // while offline: when the session ends
+	will     *will         // armed while connected; pending after an abnormal disconnect
+	willAt   time.Time     // when a pending will is due
+	ended    bool          // removed from the broker; late deliveries are ignored
+}
+
+// subscription is what a session asked for on one filter.
+type subscription struct {
+	opts matcher.Options
+	id   uint32
+}
+
+// delivery is one message on its way to one session.
+type delivery struct {
+	msg    *message
+	subIDs []uint32 // MQTT 5 subscription identifiers; nil for none
+	qos    byte
+	retain bool
+}
+
+// flight is a QoS 1/2 message sent to a client and not yet acknowledged.
+type flight struct {
+	delivery
+	pid  uint16
+	sent time.Time
+	rec  bool // PUBREC received: waiting for PUBCOMP, resend PUBREL [MQTT-4.3.3-5]
+}
+
+// will is a client's Will Message with its delay.
+type will struct {
+	topic   string
+	payload []byte
+	props   *packets.Properties // MQTT 5 will properties; nil for 3.1.1
+	delay   time.Duration
+	qos     byte
+	retain  bool
+}
+
+// freePID returns a packet identifier not in use by an unacknowledged
+// outbound message [MQTT-2.2.1-3]; the caller holds s.mu and has checked
+// that the window is not full, so one exists.
+func (s *session) freePID() uint16 {
+	for {
+		s.nextPID++
+		if s.nextPID == 0 {
+			s.nextPID = 1
+		}
+		used := false
+		for _, f := range s.inflight {
+			if f.pid == s.nextPID {
+				used = true
+				break
+			}
+		}
+		if !used {
+			return s.nextPID
+		}
+	}
+}
+
+// window is how many QoS 1/2 messages may be in flight to the client: its
+// receive maximum [MQTT-3.3.4-9] capped by ours.
+func (s *session) window() int {
+	if s.conn == nil {
+		return 0
+	}
+	return s.conn.window
+}
+
+// deliver hands one message to the session: straight to its connection
+// when there is room, into its pending queue when a QoS 1/2 message must
+// wait, or counted as dropped. It never blocks.
+func (s *session) deliver(b *Broker, d delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return
+	}
+	if d.qos == 0 {
+		if s.conn == nil || !s.conn.enqueueMsg(d, 0, false) {
+			b.stats.dropped.Add(1)
+		}
+		return
+	}
+	if s.conn != nil && len(s.pending) == 0 && len(s.inflight) < s.window() {
+		s.send(d)
+		return
+	}
+	if s.conn == nil && s.expiry == 0 {
+		return
+	}
+	if s.pendingB+d.msg.size > b.opts.MaxQueuedBytes {
+		b.stats.dropped.Add(1)
+		b.logDrop(s.id, "queue full")
+		return
+	}
+	s.pending = append(s.pending, d)
+	s.pendingB += d.msg.size
+}
+
+// send puts d in flight; the caller holds s.mu, s.conn is set and the
+// window has room.
+func (s *session) send(d delivery) {
+	f := &flight{delivery: d, pid: s.freePID(), sent: time.Now()}
+	s.inflight = append(s.inflight, f)
+	s.conn.enqueueMsg(d, f.pid, false)
+}
+
+// fill moves pending messages into the window while there is room,
+// dropping those that expired while they waited; the caller holds s.mu.
+func (s *session) fill() {
+	if s.conn == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	n := 0
+	for n < len(s.pending) && len(s.inflight) < s.window() {
+		d := s.pending[n]
+		s.pending[n] = delivery{}
+		s.pendingB -= d.msg.size
+		n++
+		if d.msg.expired(now) {
+			continue
+		}
+		s.send(d)
+	}
+	if n > 0 {
+		s.pending = append(s.pending[:0], s.pending[n:]...)
+		if len(s.pending) == 0 && cap(s.pending) > 64 {
+			s.pending = nil
+		}
+	}
+}
+
+// ack completes the flight with packet identifier pid at the given stage:
+// PUBACK ends a QoS 1 flight, PUBREC moves a QoS 2 flight to waiting for
+// PUBCOMP, PUBCOMP ends it. It reports whether a flight matched.
+func (s *session) ack(kind byte, pid uint16, failed bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.inflight {
+		if f.pid != pid {
+			continue
+		}
+		switch {
+		case kind == packets.Puback && f.qos == 1,
+			kind == packets.Pubcomp && f.qos == 2 && f.rec,
+			// A PUBREC with an error reason ends the exchange [MQTT-4.3.3-4].
+			kind == packets.Pubrec && f.qos == 2 && failed:
+			s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+			s.fill()
+			return true
+		case kind == packets.Pubrec && f.qos == 2:
+			f.rec = true
+			f.msg = nil // never sent again once PUBREL is [MQTT-4.3.3-6]
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// discard ends the flight with packet identifier pid whatever its stage:
+// the message could not be sent and counts as delivered [MQTT-3.1.2-25].
+func (s *session) discard(pid uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.inflight {
+		if f.pid == pid {
+			s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+			s.fill()
+			return
+		}
+	}
+}
+
+// resend writes everything in flight again after a reconnect, in the
+// original order: PUBLISH with DUP set, or PUBREL for QoS 2 flights that
+// got their PUBREC [MQTT-4.4.0-1]; then fills the window from pending.
+// The caller holds s.mu.
+func (s *session) resend() {
+	now := time.Now()
+	for _, f := range s.inflight {
+		f.sent = now
+		if f.rec {
+			s.conn.enqueueControl(pubrelPacket(f.pid, s.conn.v5))
+			continue
+		}
+		s.conn.enqueueMsg(f.delivery, f.pid, true)
+	}
+	s.fill()
+}
+
+// queuedBytes returns the bytes the session holds for its client.
+func (s *session) queuedBytes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pendingB
+}
