@@ -23,7 +23,7 @@ STATICCHECK_VERSION := v0.8.2
 FUZZTIME ?= 30s
 
 .PHONY: build cross run lint test test-unit test-fuzz test-bench-module \
-	bench bench-matcher fuzz qemu-check tools staticcheck system-packages clean help
+	bench bench-matcher fuzz fuzz-broker qemu-check tools staticcheck system-packages clean help
 
 ## help: this list
 help:
@@ -77,9 +77,11 @@ test: tools
 test-unit:
 	$(GO) test -race -count=1 ./...
 
-# A bounded run of the matcher's fuzz target, comparing the index with its oracle.
+# Bounded runs of the fuzz targets: the matcher against its oracle, and raw
+# bytes into the broker's connection reader.
 test-fuzz:
 	$(MAKE) --no-print-directory fuzz FUZZTIME=30s
+	$(MAKE) --no-print-directory fuzz-broker FUZZTIME=30s
 
 # scripts/bench is its own module; its tests check that the benchmarked
 # implementations agree before their speed is compared.
@@ -95,9 +97,18 @@ bench:
 bench-matcher:
 	cd scripts/bench && ./bench-matcher.sh
 
+## bench-broker: the broker against mochi-mqtt and Mosquitto over TCP (scripts/bench; QUICK=1: a smoke run)
+.PHONY: bench-broker
+bench-broker:
+	cd scripts/bench && ./bench-broker.sh
+
 ## fuzz: the matcher fuzz target for FUZZTIME (default 30s)
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzIndex -fuzztime=$(FUZZTIME) ./matcher
+
+## fuzz-broker: raw bytes into the broker's connection reader for FUZZTIME
+fuzz-broker:
+	$(GO) test -run='^$$' -fuzz=FuzzConnReader -fuzztime=$(FUZZTIME) ./gateway/broker
 
 ## qemu-check: run the release binaries under user-mode emulation
 # qemu-*-static runs a foreign binary without a sysroot, which also proves the
@@ -121,17 +132,19 @@ qemu-check: cross system-packages
 	fi; \
 	echo "qemu-check: armv6, armv7 and arm64 binaries run; armv7 rightly fails on an ARMv6 cpu"
 
-## tools: install staticcheck, qemu-user-static and gcc (for -race) when missing
+## tools: install staticcheck, qemu-user-static, gcc (for -race) and the mosquitto clients when missing
 tools: staticcheck system-packages
 
 staticcheck:
 	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Debian packages the checks need: the race detector is built with cgo, so
-# it needs a C compiler; qemu-check needs user-mode QEMU.
+# it needs a C compiler; qemu-check needs user-mode QEMU; the broker's
+# interoperability tests drive mosquitto_pub and mosquitto_sub.
 system-packages:
 	@missing=""; \
 	command -v qemu-arm-static >/dev/null && command -v qemu-aarch64-static >/dev/null || missing+=" qemu-user-static"; \
+	command -v mosquitto_pub >/dev/null && command -v mosquitto_sub >/dev/null || missing+=" mosquitto-clients"; \
 	command -v gcc >/dev/null || missing+=" gcc libc6-dev"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" -ne 0 ]; then \

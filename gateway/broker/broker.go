@@ -274,7 +274,10 @@ func (b *Broker) housekeep() {
 			b.sweep(now)
 			if b.opts.SysInterval > 0 && !now.Before(nextSys) {
 				b.publishSys(now)
-				nextSys = now.Add(b.opts.SysInterval)
+				// Ticks come a little late or early; without half a
+				// tick of slack, an early one would wait a whole
+				// second more than the interval.
+				nextSys = now.Add(b.opts.SysInterval - time.Second/2)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -35,19 +36,23 @@ type conn struct {
 	maxOut      uint32 // largest packet the client accepts, 0 for no limit
 	aliasMax    uint16 // topic aliases the client accepts from us
 	keepalive   time.Duration
-	problemOff  bool   // the client asked for no reason strings [MQTT-3.1.2-29]
-	askedExpiry uint32 // the session expiry interval CONNECT asked for
+	perms       auth.Permissions // the client's ACL rules
+	problemOff  bool             // the client asked for no reason strings [MQTT-3.1.2-29]
+	askedExpiry uint32           // the session expiry interval CONNECT asked for
 
 	// qmu guards the outbound queue.
-	qmu     sync.Mutex
-	queue   []outItem
-	spare   []outItem
-	queuedB int
-	closing bool // no more items; the writer drains what is queued, then closes
-	wake    chan struct{}
+	qmu      sync.Mutex
+	queue    []outItem
+	spare    []outItem
+	queuedB  int
+	closing  bool // no more items; the writer drains what is queued, then closes
+	writing  bool // a writer goroutine is running
+	finished bool // the writer has closed the connection and done
 
 	// Reader side.
-	inAliases []string // topic aliases the client set, by alias
+	rd        *bufio.Reader // borrowed while a packet is being read or bytes are buffered
+	one       [1]byte       // the first byte of a packet, read without a buffer
+	inAliases []string      // topic aliases the client set, by alias
 
 	// Writer side.
 	outAliases map[string]uint16
@@ -122,7 +127,7 @@ const (
 )
 
 func newConn(b *Broker, nc net.Conn, listener string) *conn {
-	c := &conn{b: b, nc: nc, listener: listener, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &conn{b: b, nc: nc, listener: listener, done: make(chan struct{})}
 	if nc != nil {
 		c.remote = nc.RemoteAddr().String()
 	}
@@ -140,8 +145,11 @@ func (c *conn) enqueueMsg(d delivery, pid uint16, dup bool) bool {
 	}
 	c.queue = append(c.queue, outItem{d: d, pid: pid, dup: dup})
 	c.queuedB += d.msg.size
+	start := c.claimWriter()
 	c.qmu.Unlock()
-	c.signal()
+	if start {
+		go c.run()
+	}
 	return true
 }
 
@@ -154,24 +162,23 @@ func (c *conn) enqueueControl(raw []byte) {
 	}
 	c.queue = append(c.queue, outItem{raw: raw})
 	c.queuedB += len(raw)
+	start := c.claimWriter()
 	c.qmu.Unlock()
-	c.signal()
-}
-
-func (c *conn) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if start {
+		go c.run()
 	}
 }
 
-// take hands the writer everything queued, swapping in the spare slice so
-// that the queue's backing arrays are reused.
-func (c *conn) take() (items []outItem, closing bool) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	items, c.queue, c.spare = c.queue, c.spare[:0], nil
-	return items, c.closing
+// claimWriter reports whether the caller must start the writer goroutine:
+// none is running and the connection has not finished. The caller holds
+// c.qmu. The writer runs only while there is something to write, so an
+// idle connection costs one goroutine, not two.
+func (c *conn) claimWriter() bool {
+	if c.writing || c.finished {
+		return false
+	}
+	c.writing = true
+	return true
 }
 
 func (c *conn) giveBack(items []outItem, bytes int) {
@@ -211,37 +218,46 @@ func (w countingWriter) Write(p []byte) (int, error) {
 // for this long is gone, and holding its buffers helps nobody.
 const writeTimeout = 30 * time.Second
 
-// writeLoop is the connection's writer goroutine.
-func (c *conn) writeLoop() {
-	defer close(c.done)
+// run is the writer goroutine: it writes (or, for an in-process client,
+// hands to the handlers) what is queued until the queue is empty, then
+// exits; the next enqueue starts it again. Once the connection is closing
+// and everything is written, it closes the socket and done.
+func (c *conn) run() {
 	var scratch []byte
 	for {
-		<-c.wake
-		items, closing := c.take()
-		if len(items) > 0 {
-			w := c.getWriter()
-			n, err := c.writeItems(w, items, &scratch)
-			if err == nil {
-				err = w.Flush()
-			}
-			w.Reset(nil)
-			writeBufs.Put(w)
-			c.giveBack(items, n)
-			if err != nil {
-				c.nc.Close()
-				c.drain()
-				return
-			}
-		}
-		if closing {
-			c.qmu.Lock()
-			empty := len(c.queue) == 0
+		c.qmu.Lock()
+		if len(c.queue) == 0 {
+			c.writing = false
+			fin := c.closing && !c.finished
+			c.finished = c.finished || fin
 			c.qmu.Unlock()
-			if empty {
-				c.nc.Close()
-				return
+			if fin {
+				if c.nc != nil {
+					c.nc.Close()
+				}
+				close(c.done)
 			}
-			c.signal()
+			return
+		}
+		items := c.queue
+		c.queue, c.spare = c.spare[:0], nil
+		c.qmu.Unlock()
+
+		if c.local != nil {
+			c.giveBack(items, c.local.dispatchAll(items))
+			continue
+		}
+		w := c.getWriter()
+		n, err := c.writeItems(w, items, &scratch)
+		if err == nil {
+			err = w.Flush()
+		}
+		w.Reset(nil)
+		writeBufs.Put(w)
+		c.giveBack(items, n)
+		if err != nil {
+			c.nc.Close()
+			c.drain()
 		}
 	}
 }
@@ -284,10 +300,12 @@ func (c *conn) writeItems(w *bufio.Writer, items []outItem, scratch *[]byte) (in
 func (c *conn) writePublish(w *bufio.Writer, it *outItem, scratch *[]byte) error {
 	d := &it.d
 	var b []byte
+	newAlias := false // this packet sets a topic alias
 	if c.v5 && (len(d.subIDs) > 0 || c.aliasMax > 0) {
 		o := publishOpts{subIDs: d.subIDs}
 		if c.aliasMax > 0 {
 			o.alias, o.aliasOnly = c.outAlias(d.msg.topic)
+			newAlias = o.alias != 0 && !o.aliasOnly
 		}
 		*scratch = d.msg.encode((*scratch)[:0], true, d.qos, d.retain, o)
 		b = *scratch
@@ -298,6 +316,12 @@ func (c *conn) writePublish(w *bufio.Writer, it *outItem, scratch *[]byte) error
 		// Too large for the client: discard it as if it had been
 		// delivered [MQTT-3.1.2-24] [MQTT-3.1.2-25].
 		c.b.stats.dropped.Add(1)
+		if newAlias {
+			// The client never learns this alias: later messages must
+			// not use it. It was the last one assigned, so the next
+			// assignment takes its number again.
+			delete(c.outAliases, d.msg.topic)
+		}
 		if d.qos > 0 {
 			c.s.discard(it.pid)
 		}
@@ -362,8 +386,11 @@ func (c *conn) shutdown(code int, reason string) {
 		}
 		c.qmu.Lock()
 		c.closing = true
+		start := c.claimWriter()
 		c.qmu.Unlock()
-		c.signal()
+		if start {
+			go c.run()
+		}
 		if c.nc == nil {
 			return
 		}
@@ -381,15 +408,51 @@ func (c *conn) shutdown(code int, reason string) {
 	})
 }
 
+// readBufs lends readers their buffers from the first byte of a packet
+// until the buffer is empty again, so an idle connection holds none.
+var readBufs = sync.Pool{}
+
+// releaseReader gives the read buffer back once nothing is buffered.
+func (c *conn) releaseReader() {
+	if c.rd != nil && c.rd.Buffered() == 0 {
+		c.rd.Reset(nil)
+		readBufs.Put(c.rd)
+		c.rd = nil
+	}
+}
+
 // readPacket reads one packet: its fixed header byte and body. The body is
 // a fresh slice: the codec's strings point into it, and a PUBLISH keeps it
 // as its payload.
-func (c *conn) readPacket(r *bufio.Reader, maxSize int) (packets.FixedHeader, []byte, error) {
+func (c *conn) readPacket(maxSize int) (packets.FixedHeader, []byte, error) {
 	var fh packets.FixedHeader
-	hb, err := r.ReadByte()
-	if err != nil {
-		return fh, nil, err
+	defer c.releaseReader()
+	var hb byte
+	if c.rd == nil {
+		// Idle until now: wait for the first byte without a buffer.
+		for {
+			n, err := c.nc.Read(c.one[:])
+			if n == 1 {
+				break
+			}
+			if err != nil {
+				return fh, nil, err
+			}
+		}
+		hb = c.one[0]
+		if r, ok := readBufs.Get().(*bufio.Reader); ok && r.Size() == c.b.opts.ReadBuffer {
+			r.Reset(c.nc)
+			c.rd = r
+		} else {
+			c.rd = bufio.NewReaderSize(c.nc, c.b.opts.ReadBuffer)
+		}
+	} else {
+		var err error
+		if hb, err = c.rd.ReadByte(); err != nil {
+			return fh, nil, err
+		}
 	}
+	r := c.rd
 	if err := fh.Decode(hb); err != nil {
 		return fh, nil, failure(rcMalformed, "bad fixed header flags 0x%02X", hb)
 	}

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bufio"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -14,8 +13,8 @@ import (
 
 // connect reads and answers CONNECT. It reports whether the client was
 // accepted; a refused client has had its CONNACK (when one is due) written.
-func (c *conn) connect(r *bufio.Reader) bool {
-	fh, body, err := c.readPacket(r, c.b.opts.MaxPacketSize)
+func (c *conn) connect() bool {
+	fh, body, err := c.readPacket(c.b.opts.MaxPacketSize)
 	if err != nil {
 		c.b.log.Debug("no CONNECT", "remote", c.remote, "err", err)
 		return false
@@ -189,9 +188,12 @@ func (c *conn) accept(pk *packets.Packet) bool {
 		expiry = b.opts.MaxSessionExpiry
 	}
 
+	// The client's ACL rules, worked out once for its user and client id.
+	c.perms = b.acl.For(c.user, c.clientID)
+
 	var w *will
 	if cp.WillFlag {
-		if !b.acl.CanPublish(c.user, c.clientID, cp.WillTopic) || strings.HasPrefix(cp.WillTopic, "$") {
+		if !c.perms.CanPublish(cp.WillTopic) || strings.HasPrefix(cp.WillTopic, "$") {
 			c.refuse(pk.ProtocolVersion, rcNotAuthorized, "not authorized to publish the will topic "+cp.WillTopic)
 			return false
 		}
@@ -241,6 +243,9 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 	if old != nil {
 		old.mu.Lock()
 		oc := old.conn
+		// An expired session is gone even before the once-a-second sweep
+		// removes it [MQTT-4.1.0-2].
+		expired := oc == nil && !old.expireAt.IsZero() && !now.Before(old.expireAt)
 		if oc != nil {
 			// Session takeover [MQTT-3.1.4-3]: the old connection's will
 			// goes out unless the session lives on and its delay has not
@@ -250,7 +255,7 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 				wills = append(wills, old.will.message(now))
 			}
 			old.will = nil
-		} else if old.will != nil && clean {
+		} else if old.will != nil && (clean || expired) {
 			// A will waiting for its delay goes when the session ends.
 			wills = append(wills, old.will.message(now))
 			old.will = nil
@@ -262,7 +267,7 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 			oc.shutdown(rcSessionTakenOver, "")
 			b.stats.connected.Add(-1)
 		}
-		if clean || old.expiry == 0 {
+		if clean || expired || old.expiry == 0 {
 			b.endSession(old)
 			old = nil
 		}

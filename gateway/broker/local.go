@@ -59,7 +59,6 @@ func (b *Broker) Connect(clientID string) (*Client, error) {
 		return nil, fmt.Errorf("broker: in-process client %q: %w", clientID, err)
 	}
 	b.stats.connected.Add(1)
-	go c.localLoop()
 	return cl, nil
 }
 
@@ -144,33 +143,19 @@ func (cl *Client) Close() {
 	cl.b.detach(cl.c, true)
 }
 
-// localLoop is an in-process client's delivery goroutine: it calls the
-// handlers and acknowledges QoS 1/2 messages once they return.
-func (c *conn) localLoop() {
-	defer close(c.done)
-	for {
-		<-c.wake
-		items, closing := c.take()
-		n := 0
-		for i := range items {
-			it := &items[i]
-			n += it.size()
-			if it.d.msg != nil {
-				c.local.dispatch(it)
-				c.b.stats.msgsSent.Add(1)
-			}
-		}
-		c.giveBack(items, n)
-		if closing {
-			c.qmu.Lock()
-			empty := len(c.queue) == 0
-			c.qmu.Unlock()
-			if empty {
-				return
-			}
-			c.signal()
+// dispatchAll hands a batch to the handlers and returns the queue bytes
+// it held; QoS 1/2 messages count as acknowledged once handled.
+func (cl *Client) dispatchAll(items []outItem) int {
+	n := 0
+	for i := range items {
+		it := &items[i]
+		n += it.size()
+		if it.d.msg != nil {
+			cl.dispatch(it)
+			cl.b.stats.msgsSent.Add(1)
 		}
 	}
+	return n
 }
 
 func (cl *Client) dispatch(it *outItem) {

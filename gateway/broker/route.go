@@ -145,7 +145,7 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(fil
 	if f.RetainHandling == 3 {
 		return 0, failure(rcProtocolError, "retain handling 3") // [MQTT-3.8.3-5]
 	}
-	if c.local == nil && !c.b.acl.CanSubscribe(c.user, c.clientID, f.Filter) {
+	if c.local == nil && !c.perms.CanSubscribe(f.Filter) {
 		b.log.Debug("subscribe denied", "client", c.clientID, "user", c.user, "filter", f.Filter)
 		return fail(rcNotAuthorized)
 	}

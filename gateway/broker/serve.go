@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bufio"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -22,7 +21,7 @@ const connectTimeout = 10 * time.Second
 // end of the connection (will, session) however it came.
 func (c *conn) serve() {
 	defer c.nc.Close()
-	r := bufio.NewReaderSize(c.nc, c.b.opts.ReadBuffer)
+	defer c.releaseReader()
 	_ = c.nc.SetReadDeadline(time.Now().Add(connectTimeout))
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		if err := tc.Handshake(); err != nil {
@@ -30,17 +29,16 @@ func (c *conn) serve() {
 			return
 		}
 	}
-	if !c.connect(r) {
+	if !c.connect() {
 		return
 	}
-	go c.writeLoop()
-	err := c.loop(r)
+	err := c.loop()
 	c.end(err)
 	<-c.done
 }
 
 // loop reads and handles packets until the connection fails or ends.
-func (c *conn) loop(r *bufio.Reader) error {
+func (c *conn) loop() error {
 	// The Maximum Packet Size we announce [MQTT-3.1.2-24].
 	maxSize := c.b.opts.MaxPacketSize
 	for {
@@ -50,7 +48,7 @@ func (c *conn) loop(r *bufio.Reader) error {
 		} else {
 			_ = c.nc.SetReadDeadline(time.Time{})
 		}
-		fh, body, err := c.readPacket(r, maxSize)
+		fh, body, err := c.readPacket(maxSize)
 		if err != nil {
 			return err
 		}
@@ -192,6 +190,9 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 		} else {
 			c.inAliases[a] = strings.Clone(topic)
 		}
+	} else if c.v5 && topic == "" {
+		// A protocol error in MQTT 5 (§3.3.2.3.4), not a bad topic name.
+		return failure(rcProtocolError, "PUBLISH with neither a topic name nor a topic alias")
 	}
 	if err := matcher.ValidateTopic(topic); err != nil {
 		return failure(rcTopicNameInvalid, "%v", err) // [MQTT-3.3.2-1] [MQTT-3.3.2-2]
@@ -199,7 +200,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	qos := pk.FixedHeader.Qos
 	// Clients may not publish into the broker's own $ topics, and the ACL
 	// decides the rest.
-	allowed := !strings.HasPrefix(topic, "$") && c.b.acl.CanPublish(c.user, c.clientID, topic)
+	allowed := !strings.HasPrefix(topic, "$") && c.perms.CanPublish(topic)
 
 	if qos == 2 {
 		c.s.mu.Lock()
@@ -262,9 +263,18 @@ func (c *conn) onDisconnect(pk *packets.Packet) error {
 		c.s.expiry = min(time.Duration(pk.Properties.SessionExpiryInterval)*time.Second, c.b.opts.MaxSessionExpiry)
 		c.s.mu.Unlock()
 	}
-	if pk.ReasonCode == 0x04 {
-		return errDisconnectWithWill // [MQTT-3.14.4-3]: send the will anyway
+	if pk.ReasonCode != rcSuccess {
+		// Only 0x00 discards the will [MQTT-3.14.4-3]: 0x04 asks for
+		// it, and an error code ends the connection as a failure does.
+		return errDisconnectWithWill
 	}
+	// Discard it now: a new connection may take the session over before
+	// this one is detached, and must not find the will armed.
+	c.s.mu.Lock()
+	if c.s.conn == c {
+		c.s.will = nil
+	}
+	c.s.mu.Unlock()
 	return errClientGone
 }
 
