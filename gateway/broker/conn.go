@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -469,8 +470,8 @@ func (c *conn) readPacket(maxSize int) (packets.FixedHeader, []byte, error) {
 		return fh, nil, failure(rcPacketTooLarge, "packet of %d bytes is larger than the maximum %d", 1+lenBytes+n, maxSize)
 	}
 	fh.Remaining = n
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	body, err := readBody(r, n)
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -498,6 +499,27 @@ func readLength(r io.ByteReader) (n, size int, err error) {
 		mult *= 128
 	}
 	return 0, size, errors.New("remaining length longer than four bytes")
+}
+
+// bodyChunk is the most a packet body gets before its bytes arrive: a
+// client announcing a large packet and sending it slowly (or never) pins
+// only what it has sent, not the size it announced.
+const bodyChunk = 16 << 10
+
+// readBody reads an n-byte packet body, growing its buffer as bytes come.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	body := make([]byte, 0, min(n, bodyChunk))
+	for len(body) < n {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, min(n, 2*cap(body))-len(body))
+		}
+		m, err := io.ReadAtLeast(r, body[len(body):min(cap(body), n)], 1)
+		body = body[:len(body)+m]
+		if err != nil && len(body) < n {
+			return nil, err
+		}
+	}
+	return body, nil
 }
 
 // decode runs one of the codec's decoders on body under recover: the codec

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"time"
 
@@ -210,13 +211,19 @@ func (c *conn) accept(pk *packets.Packet) bool {
 		c.enqueueControl(encodePacket(ack, (*packets.Packet).ConnackEncode))
 	}
 	if err := b.attach(c, cp.Clean, expiry, w, connack); err != nil {
-		c.refuse(pk.ProtocolVersion, rcServerBusy, err.Error())
+		code := byte(rcServerBusy)
+		if errors.Is(err, errReservedID) {
+			code = rcClientIDInvalid
+		}
+		c.refuse(pk.ProtocolVersion, code, err.Error())
 		return false
 	}
 	b.stats.connected.Add(1)
 	b.stats.totalConns.Add(1)
 	return true
 }
+
+var errReservedID = errors.New("client identifier in use by the gateway itself")
 
 // newClientID makes an identifier for a client that sent none.
 func newClientID() string {
@@ -243,6 +250,13 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 	if old != nil {
 		old.mu.Lock()
 		oc := old.conn
+		if oc != nil && oc.local != nil && c.local == nil {
+			// The gateway's own clients cannot be taken over from the
+			// network.
+			old.mu.Unlock()
+			b.mu.Unlock()
+			return errReservedID
+		}
 		// An expired session is gone even before the once-a-second sweep
 		// removes it [MQTT-4.1.0-2].
 		expired := oc == nil && !old.expireAt.IsZero() && !now.Before(old.expireAt)

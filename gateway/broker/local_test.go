@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -323,5 +324,37 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting: %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLocalClientIDReserved: a network client cannot take over the
+// session of one of the gateway's own clients.
+func TestLocalClientIDReserved(t *testing.T) {
+	tb := startBroker(t, nil)
+	localConnect(t, tb.Broker, "fieldgate-sensors")
+	cl := paho.NewClient(paho.ClientConfig{Conn: mustDial(t, "tcp", tb.Addr)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ca, err := cl.Connect(ctx, &paho.Connect{ClientID: "fieldgate-sensors", KeepAlive: 30, CleanStart: true})
+	if ca == nil || ca.ReasonCode != rcClientIDInvalid {
+		t.Fatalf("CONNACK %+v, %v; want reason 0x85", ca, err)
+	}
+}
+
+func TestReadBodyGrowsAsBytesArrive(t *testing.T) {
+	for _, n := range []int{0, 1, bodyChunk - 1, bodyChunk, bodyChunk + 1, 5*bodyChunk + 3} {
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		got, err := readBody(iotest.HalfReader(bytes.NewReader(want)), n)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("n=%d: err %v, equal %v", n, err, bytes.Equal(got, want))
+		}
+		if n > 0 {
+			if _, err := readBody(bytes.NewReader(want[:n-1]), n); err == nil {
+				t.Fatalf("n=%d: a short body read without error", n)
+			}
+		}
 	}
 }

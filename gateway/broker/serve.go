@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fieldgate/fieldgate/matcher"
@@ -60,7 +61,11 @@ func (c *conn) loop() error {
 
 // handle dispatches one packet after CONNECT.
 func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
-	pk := &packets.Packet{FixedHeader: fh, ProtocolVersion: 4}
+	// Packets are large and nothing keeps one past its handler (messages
+	// copy what they keep), so they are pooled rather than allocated.
+	pk := packetPool.Get().(*packets.Packet)
+	defer packetPool.Put(pk)
+	*pk = packets.Packet{FixedHeader: fh, ProtocolVersion: 4}
 	if c.v5 {
 		pk.ProtocolVersion = 5
 	}
@@ -150,6 +155,8 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 		return failure(rcProtocolError, "%s is not sent by clients", packetName(fh.Type))
 	}
 }
+
+var packetPool = sync.Pool{New: func() any { return new(packets.Packet) }}
 
 var pingresp = []byte{packets.Pingresp << 4, 0}
 
