@@ -2,15 +2,16 @@ module github.com/fieldgate/fieldgate
 
 go 1.26.0
 
-require go.yaml.in/yaml/v3 v3.0.6
+require (
+	github.com/eclipse/paho.golang v0.23.0
+	github.com/eclipse/paho.mqtt.golang v1.5.1
+	github.com/gorilla/websocket v1.5.3
+	github.com/mochi-mqtt/server/v2 v2.7.9
+	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/crypto v0.59.0
+)
 
 require (
-	github.com/eclipse/paho.golang v0.23.0 // indirect
-	github.com/eclipse/paho.mqtt.golang v1.5.1 // indirect
-	github.com/gorilla/websocket v1.5.3 // indirect
-	github.com/mochi-mqtt/server/v2 v2.7.9 // indirect
-	github.com/rs/xid v1.4.0 // indirect
-	golang.org/x/crypto v0.59.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.17.0 // indirect
 )

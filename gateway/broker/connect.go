@@ -120,11 +120,13 @@ func (c *conn) refuse(version, code byte, why string) {
 	} else {
 		pk.ProtocolVersion = 4
 		switch code {
-		case rcMalformed, rcProtocolError:
+		case rcMalformed, rcProtocolError, rcTopicNameInvalid:
+			// A CONNECT that breaks the rules, an invalid will topic
+			// included, is closed without a CONNACK [MQTT-3.1.4-1].
 			return
 		case rcUnsupportedVersion:
 			pk.ReasonCode = 0x01
-		case rcClientIDInvalid, rcTopicNameInvalid:
+		case rcClientIDInvalid:
 			pk.ReasonCode = 0x02
 		case rcBadUserPass:
 			pk.ReasonCode = 0x04
