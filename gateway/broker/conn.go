@@ -10,7 +10,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
@@ -58,8 +57,6 @@ type conn struct {
 	// Writer side.
 	outAliases map[string]uint16
 
-	willSent  atomic.Bool   // the connection's end has been handled
-	reason    atomic.Uint32 // reason code to send in a server DISCONNECT, +1; 0 for none
 	done      chan struct{} // closed when the writer has finished
 	closeOnce sync.Once
 }
@@ -80,13 +77,8 @@ func (it *outItem) size() int {
 	return it.d.msg.size
 }
 
-// errors that end a connection.
-var (
-	errProtocol   = errors.New("protocol violation")
-	errTooLarge   = errors.New("packet too large")
-	errKickedOut  = errors.New("disconnected by the server")
-	errClientGone = errors.New("client disconnected")
-)
+// errClientGone ends a connection the client closed with DISCONNECT.
+var errClientGone = errors.New("client disconnected")
 
 // codeError carries the MQTT 5 reason code a connection ends with.
 type codeError struct {

@@ -222,10 +222,3 @@ func (s *session) resend() {
 	}
 	s.fill()
 }
-
-// queuedBytes returns the bytes the session holds for its client.
-func (s *session) queuedBytes() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pendingB
-}
