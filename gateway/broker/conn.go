@@ -375,7 +375,7 @@ func (c *conn) shutdown(code int, reason string) {
 			if reason == "" {
 				reason = disconnectReason(byte(code))
 			}
-			c.enqueueControl(disconnectPacket(byte(code), reason))
+			c.enqueueControl(disconnectPacket(byte(code), reason, c.maxOut))
 		}
 		c.qmu.Lock()
 		c.closing = true
@@ -581,9 +581,12 @@ func ackPacket(kind byte, pid uint16, code byte, v5 bool, reason string) []byte 
 
 func pubrelPacket(pid uint16, v5 bool) []byte { return ackPacket(packets.Pubrel, pid, 0, v5, "") }
 
-func disconnectPacket(code byte, reason string) []byte {
+func disconnectPacket(code byte, reason string, maxSize uint32) []byte {
 	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 5, ReasonCode: code}
 	pk.Properties.ReasonString = reason
+	// Past the client's maximum packet size the codec drops the reason
+	// string [MQTT-3.14.2-3].
+	pk.Mods.MaxSize = maxSize
 	return encodePacket(pk, (*packets.Packet).DisconnectEncode)
 }
 

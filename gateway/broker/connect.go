@@ -185,6 +185,10 @@ func (c *conn) accept(pk *packets.Packet) bool {
 		ack.Properties.ReceiveMaximum = uint16(b.opts.ReceiveMaximum)
 		ack.Properties.MaximumPacketSize = uint32(b.opts.MaxPacketSize)
 		ack.Properties.TopicAliasMaximum = uint16(b.opts.TopicAliasMax)
+		// The codec leaves out the reason string and user properties
+		// when they would take the CONNACK past the client's maximum
+		// [MQTT-3.2.2-19] [MQTT-3.2.2-20].
+		ack.Mods.MaxSize = c.maxOut
 	} else if !cp.Clean {
 		// MQTT 3.1.1 sessions with clean session off never expire in
 		// the protocol; the broker bounds them all the same.

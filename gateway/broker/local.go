@@ -105,14 +105,11 @@ func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
 	}
 	cl.handlers[id] = h
 	cl.mu.Unlock()
+	var retained []retainedFor
 	code, err := cl.c.subscribeOne(packets.Subscription{Filter: filter, Qos: qos}, id, func(inner string, q byte) {
-		now := time.Now().UnixNano()
-		cl.b.retained.match(inner, func(m *message) {
-			if !m.expired(now) {
-				cl.c.s.deliver(cl.b, delivery{msg: m, qos: min(m.qos, q), retain: true, subIDs: []uint32{id}})
-			}
-		})
+		retained = append(retained, retainedFor{inner, q})
 	})
+	cl.c.s.sendRetained(cl.b, nil, retained, []uint32{id})
 	if err == nil && code >= 0x80 {
 		err = fmt.Errorf("broker: subscribe to %q refused with reason 0x%02X", filter, code)
 	}

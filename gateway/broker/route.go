@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -86,10 +85,6 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 		}
 		id = uint32(v)
 	}
-	type retainedFor struct {
-		filter string
-		qos    byte
-	}
 	var wantRetained []retainedFor
 	codes := make([]byte, len(pk.Filters))
 	s := c.s
@@ -106,21 +101,12 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 	if c.v5 {
 		ack.ProtocolVersion = 5
 	}
-	c.enqueueControl(encodePacket(ack, (*packets.Packet).SubackEncode))
 	var ids []uint32
 	if id != 0 {
 		ids = []uint32{id}
 	}
-	now := time.Now().UnixNano()
-	for _, w := range wantRetained {
-		b.retained.match(w.filter, func(m *message) {
-			if m.expired(now) {
-				return
-			}
-			// Sent because of a new subscription: retain set [MQTT-3.3.1-8].
-			s.deliver(b, delivery{msg: m, qos: min(m.qos, w.qos), retain: true, subIDs: ids})
-		})
-	}
+	suback := encodePacket(ack, (*packets.Packet).SubackEncode)
+	s.sendRetained(b, func() { c.enqueueControl(suback) }, wantRetained, ids)
 	return nil
 }
 

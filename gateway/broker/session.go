@@ -105,6 +105,11 @@ func (s *session) window() int {
 func (s *session) deliver(b *Broker, d delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.deliverLocked(b, d)
+}
+
+// deliverLocked is deliver for a caller that holds s.mu.
+func (s *session) deliverLocked(b *Broker, d delivery) {
 	if s.ended {
 		return
 	}
@@ -128,6 +133,35 @@ func (s *session) deliver(b *Broker, d delivery) {
 	}
 	s.pending = append(s.pending, d)
 	s.pendingB += d.msg.size
+}
+
+// sendRetained delivers the retained messages of filters, as due for a
+// new subscription, after queueing first (the SUBACK). It holds s.mu
+// throughout, so a live message published meanwhile reaches the client
+// after them and a newer retained value never arrives before an older one.
+func (s *session) sendRetained(b *Broker, first func(), filters []retainedFor, ids []uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if first != nil {
+		first()
+	}
+	now := time.Now().UnixNano()
+	for _, w := range filters {
+		b.retained.match(w.filter, func(m *message) {
+			if m.expired(now) {
+				return
+			}
+			// Sent because of a new subscription: retain set [MQTT-3.3.1-8].
+			s.deliverLocked(b, delivery{msg: m, qos: min(m.qos, w.qos), retain: true, subIDs: ids})
+		})
+	}
+}
+
+// retainedFor is a filter whose retained messages a new subscription gets,
+// at the QoS it was granted.
+type retainedFor struct {
+	filter string
+	qos    byte
 }
 
 // send puts d in flight; the caller holds s.mu, s.conn is set and the
