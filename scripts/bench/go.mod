@@ -11,6 +11,7 @@ require (
 )
 
 require (
-	github.com/gorilla/websocket v1.5.0 // indirect
+	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/rs/xid v1.4.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
