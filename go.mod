@@ -12,6 +12,8 @@ require (
 )
 
 require (
+	go.etcd.io/bbolt v1.5.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
-	golang.org/x/sync v0.17.0 // indirect
+	golang.org/x/sync v0.20.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 )

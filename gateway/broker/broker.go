@@ -169,7 +169,8 @@ func (b *Broker) ServeConn(listener string, nc net.Conn) {
 }
 
 // Shutdown stops accepting, disconnects every client with reason 0x8B
-// (MQTT 5) and waits for their connections to end or ctx to expire.
+// (MQTT 5) and waits for their connections to end or ctx to expire; then
+// it closes the sockets of those still open.
 // Wills of disconnected clients are handled as for any network failure:
 // sent now when their delay is zero, dropped with the in-memory sessions
 // otherwise.
@@ -206,6 +207,12 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		// What is left loses its socket now, so that no connection
+		// outlives Shutdown by a write timeout: a writer blocked on a
+		// client that stopped reading fails at once.
+		for _, c := range live {
+			c.nc.Close()
+		}
 		return fmt.Errorf("broker: shutdown: %w", ctx.Err())
 	}
 }

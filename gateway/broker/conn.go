@@ -48,6 +48,7 @@ type conn struct {
 	closing  bool // no more items; the writer drains what is queued, then closes
 	writing  bool // a writer goroutine is running
 	finished bool // the writer has closed the connection and done
+	greeted  bool // CONNACK is queued: v5 and maxOut are set, a DISCONNECT may follow
 
 	// Reader side.
 	rd        *bufio.Reader // borrowed while a packet is being read or bytes are buffered
@@ -371,7 +372,12 @@ const noDisconnect = -1
 // code's usual text. It is safe to call more than once, from any goroutine.
 func (c *conn) shutdown(code int, reason string) {
 	c.closeOnce.Do(func() {
-		if code >= 0 && c.v5 && c.nc != nil {
+		// Before CONNACK the reader may still be setting v5 and maxOut,
+		// and no DISCONNECT may precede CONNACK [MQTT-3.2.0-1].
+		c.qmu.Lock()
+		greeted := c.greeted
+		c.qmu.Unlock()
+		if code >= 0 && greeted && c.v5 && c.nc != nil {
 			if reason == "" {
 				reason = disconnectReason(byte(code))
 			}
@@ -516,6 +522,7 @@ func readBody(r io.Reader, n int) ([]byte, error) {
 
 // decode runs one of the codec's decoders on body under recover: the codec
 // panics on some truncated inputs, and no input may take the broker down.
+// checkBody then applies the rules the codec leaves out.
 func decode(pk *packets.Packet, body []byte, fn func(*packets.Packet, []byte) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -529,7 +536,7 @@ func decode(pk *packets.Packet, body []byte, fn func(*packets.Packet, []byte) er
 		}
 		return failure(rcMalformed, "malformed %s packet: %v", packetName(pk.FixedHeader.Type), err)
 	}
-	return nil
+	return checkBody(pk, body)
 }
 
 func packetName(t byte) string {
@@ -584,10 +591,22 @@ func pubrelPacket(pid uint16, v5 bool) []byte { return ackPacket(packets.Pubrel,
 func disconnectPacket(code byte, reason string, maxSize uint32) []byte {
 	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 5, ReasonCode: code}
 	pk.Properties.ReasonString = reason
-	// Past the client's maximum packet size the codec drops the reason
-	// string [MQTT-3.14.2-3].
-	pk.Mods.MaxSize = maxSize
-	return encodePacket(pk, (*packets.Packet).DisconnectEncode)
+	return encodeWithin(pk, (*packets.Packet).DisconnectEncode, maxSize) // [MQTT-3.14.2-3]
+}
+
+// encodeWithin encodes pk and, when that takes it past limit (the client's
+// Maximum Packet Size, 0 for none), encodes it again without its reason
+// string and user properties, which are what a sender leaves out to fit
+// [MQTT-3.1.2-24]. The codec's own check counts neither the fixed header
+// nor the property length, so it lets a packet a few bytes too large
+// through.
+func encodeWithin(pk *packets.Packet, fn func(*packets.Packet, *bytes.Buffer) error, limit uint32) []byte {
+	b := encodePacket(pk, fn)
+	if limit > 0 && uint32(len(b)) > limit {
+		pk.Properties.ReasonString, pk.Properties.User = "", nil
+		b = encodePacket(pk, fn)
+	}
+	return b
 }
 
 // ackReason returns reason, or "" when the client asked for no problem

@@ -25,10 +25,20 @@ func (c *conn) connect() bool {
 	}
 	pk := &packets.Packet{FixedHeader: fh}
 	if err := decode(pk, body, (*packets.Packet).ConnectDecode); err != nil {
-		c.refuse(pk.ProtocolVersion, rcMalformed, err.Error())
+		// Malformed, unless the packet decoded and broke a rule: a
+		// property twice, say, is a Protocol Error (MQTT 5 §2.2.2.2).
+		code := byte(rcMalformed)
+		var ce *codeError
+		if errors.As(err, &ce) && ce.code == rcProtocolError {
+			code = rcProtocolError
+		}
+		c.refuse(pk.ProtocolVersion, code, err.Error())
 		return false
 	}
 	c.v5 = pk.ProtocolVersion == 5
+	if c.v5 {
+		c.maxOut = pk.Properties.MaximumPacketSize // a refusal's CONNACK must fit too
+	}
 	code, why := c.checkConnect(pk)
 	if code != rcSuccess {
 		c.refuse(pk.ProtocolVersion, code, why)
@@ -137,7 +147,7 @@ func (c *conn) refuse(version, code byte, why string) {
 		}
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, _ = c.nc.Write(encodePacket(pk, (*packets.Packet).ConnackEncode))
+	_, _ = c.nc.Write(encodeWithin(pk, (*packets.Packet).ConnackEncode, c.maxOut)) // [MQTT-3.2.2-19]
 }
 
 // accept sets the connection up from CONNECT, attaches it to its session
@@ -214,6 +224,9 @@ func (c *conn) accept(pk *packets.Packet) bool {
 
 	connack := func(present bool) {
 		ack.SessionPresent = present // [MQTT-3.2.2-2] [MQTT-3.2.2-3]
+		c.qmu.Lock()
+		c.greeted = true
+		c.qmu.Unlock()
 		c.enqueueControl(encodePacket(ack, (*packets.Packet).ConnackEncode))
 	}
 	if err := b.attach(c, cp.Clean, expiry, w, connack); err != nil {

@@ -109,6 +109,9 @@ func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
 	code, err := cl.c.subscribeOne(packets.Subscription{Filter: filter, Qos: qos}, id, func(inner string, q byte) {
 		retained = append(retained, retainedFor{inner, q})
 	})
+	if errors.Is(err, errSessionEnded) {
+		return ErrClientClosed
+	}
 	cl.c.s.sendRetained(cl.b, nil, retained, []uint32{id})
 	if err == nil && code >= 0x80 {
 		err = fmt.Errorf("broker: subscribe to %q refused with reason 0x%02X", filter, code)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/binary"
+	"errors"
 	"strings"
 	"sync"
 
@@ -110,6 +111,9 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 	return nil
 }
 
+// errSessionEnded ends a connection whose session ended under it.
+var errSessionEnded = errors.New("session ended: taken over or closed")
+
 // subscribeOne subscribes one filter and returns its SUBACK code. It calls
 // retained when the filter's retained messages are due.
 func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(filter string, qos byte)) (byte, error) {
@@ -146,6 +150,13 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(fil
 
 	s := c.s
 	s.mu.Lock()
+	if s.ended {
+		// Taken over with a clean start, or closed, while this packet
+		// was handled: a subscription made now would outlive the
+		// session in the index.
+		s.mu.Unlock()
+		return 0, errSessionEnded
+	}
 	_, existed := s.subs[f.Filter]
 	if !existed && c.local == nil && len(s.subs) >= b.opts.MaxSubscriptions {
 		s.mu.Unlock()

@@ -133,10 +133,8 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 			pk.ReasonCode = body[0]
 			if len(body) > 1 {
 				// The codec also skips a property length that is the
-				// last byte; the properties must fill the rest exactly.
-				if n, lb, ok := varint(body[1:]); !ok || 1+lb+n != len(body) {
-					return failure(rcMalformed, "DISCONNECT properties length")
-				}
+				// last byte; checkBody (under decode) requires the
+				// properties to fill the rest exactly.
 				if err := decode(pk, body, (*packets.Packet).DisconnectDecode); err != nil {
 					return err
 				}
@@ -237,7 +235,13 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 			if qos == 2 {
 				kind = packets.Pubrec
 			}
-			c.enqueueControl(ackPacket(kind, pk.PacketID, rcNotAuthorized, c.v5, c.ackReason("not authorized to publish to "+topic)))
+			ack := ackPacket(kind, pk.PacketID, rcNotAuthorized, c.v5, c.ackReason("not authorized to publish to "+topic))
+			if c.maxOut > 0 && uint32(len(ack)) > c.maxOut {
+				// The reason string gives way to the client's Maximum
+				// Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
+				ack = ackPacket(kind, pk.PacketID, rcNotAuthorized, c.v5, "")
+			}
+			c.enqueueControl(ack)
 		}
 		return nil
 	}
