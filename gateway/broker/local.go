@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fieldgate/fieldgate/matcher"
@@ -33,6 +34,8 @@ type Handler func(Message)
 type Client struct {
 	b *Broker
 	c *conn
+
+	inHandler atomic.Bool // a handler is running on the delivery goroutine
 
 	mu       sync.Mutex
 	handlers map[uint32]Handler // by subscription identifier
@@ -137,8 +140,18 @@ func (cl *Client) Unsubscribe(filter string) {
 }
 
 // Close ends the client's session after its queued messages are handled.
+// It may be called from one of the client's own handlers, which run on
+// the goroutine Close would otherwise wait for; it then returns at once and
+// the session ends when the handler returns.
 func (cl *Client) Close() {
 	cl.c.shutdown(noDisconnect, "")
+	if cl.inHandler.Load() {
+		go func() {
+			<-cl.c.done
+			cl.b.detach(cl.c, true)
+		}()
+		return
+	}
 	<-cl.c.done
 	cl.b.detach(cl.c, true)
 }
@@ -151,7 +164,9 @@ func (cl *Client) dispatchAll(items []outItem) int {
 		it := &items[i]
 		n += it.size()
 		if it.d.msg != nil {
+			cl.inHandler.Store(true)
 			cl.dispatch(it)
+			cl.inHandler.Store(false)
 			cl.b.stats.msgsSent.Add(1)
 		}
 	}

@@ -360,3 +360,68 @@ func TestReadBodyGrowsAsBytesArrive(t *testing.T) {
 		}
 	}
 }
+
+// TestRedeliveryWithinSmallerReceiveMaximum: a client that returns with a
+// smaller receive maximum gets its unacknowledged messages again only as
+// its window allows, each with its original identifier [MQTT-4.9.0-1]
+// [MQTT-4.4.0-1].
+func TestRedeliveryWithinSmallerReceiveMaximum(t *testing.T) {
+	tb := startBroker(t, nil)
+	window := func(n uint16) func(*packets.Packet) {
+		return func(pk *packets.Packet) {
+			v5SetExpiry(pk, 60)
+			pk.Properties.ReceiveMaximum = n
+		}
+	}
+	c, _ := connectRaw(t, tb.Addr, 5, "shrink", true, window(3))
+	c.subscribe(1, packets.Subscription{Filter: "sh/#", Qos: 1})
+	p, _ := connectRaw(t, tb.Addr, 5, "shrink-pub", true, nil)
+	for i := range 3 {
+		p.publish(rawPublish("sh/t", fmt.Sprint(i), 1, false, uint16(i+1)))
+	}
+	var sent []*packets.Packet
+	for i := range 3 {
+		sent = append(sent, c.expectPublish("sh/t", fmt.Sprint(i), 1))
+	}
+	c.close()
+	v5WaitOffline(t, tb.Broker, "shrink")
+
+	c, _ = connectRaw(t, tb.Addr, 5, "shrink", false, window(1))
+	for i, was := range sent {
+		m := c.expectPublish("sh/t", fmt.Sprint(i), 1)
+		if m.PacketID != was.PacketID || !m.FixedHeader.Dup {
+			t.Fatalf("resend %d: got %s, want id %d with DUP", i, rawDescribe(m), was.PacketID)
+		}
+		c.quiet() // one at a time: the window is 1
+		c.send(rawAck(packets.Puback, m.PacketID, 0))
+	}
+	c.quiet()
+}
+
+// TestLocalClientCloseFromHandler: closing a client from its own handler
+// returns, and the session ends once the handler has.
+func TestLocalClientCloseFromHandler(t *testing.T) {
+	tb := startBroker(t, nil)
+	cl, err := tb.Broker.Connect("self-closing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	if err := cl.Subscribe("bye", 1, func(Message) { cl.Close(); close(closed) }); err != nil {
+		t.Fatal(err)
+	}
+	pub := localConnect(t, tb.Broker, "pub")
+	if err := pub.Publish(context.Background(), "bye", []byte("now"), 1, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close from a handler did not return")
+	}
+	waitFor(t, func() bool {
+		tb.Broker.mu.Lock()
+		defer tb.Broker.mu.Unlock()
+		return tb.Broker.sessions["self-closing"] == nil
+	}, "the session ends after its handler returns")
+}

@@ -55,6 +55,7 @@ type flight struct {
 	delivery
 	pid  uint16
 	sent time.Time
+	held bool // resent after a reconnect only once the window has room
 	rec  bool // PUBREC received: waiting for PUBCOMP, resend PUBREL [MQTT-4.3.3-5]
 }
 
@@ -178,6 +179,20 @@ func (s *session) fill() {
 	if s.conn == nil {
 		return
 	}
+	active := 0
+	for _, f := range s.inflight {
+		if !f.held {
+			active++
+		}
+	}
+	for _, f := range s.inflight {
+		if f.held && active < s.window() {
+			f.held = false
+			f.sent = time.Now()
+			s.resendFlight(f)
+			active++
+		}
+	}
 	now := time.Now().UnixNano()
 	n := 0
 	for n < len(s.pending) && len(s.inflight) < s.window() {
@@ -246,13 +261,24 @@ func (s *session) discard(pid uint16) {
 // The caller holds s.mu.
 func (s *session) resend() {
 	now := time.Now()
-	for _, f := range s.inflight {
+	for i, f := range s.inflight {
 		f.sent = now
-		if f.rec {
-			s.conn.enqueueControl(pubrelPacket(f.pid, s.conn.v5))
-			continue
+		// A client that returns with a smaller receive maximum gets the
+		// rest as acknowledgements make room [MQTT-4.9.0-1].
+		f.held = i >= s.window()
+		if !f.held {
+			s.resendFlight(f)
 		}
-		s.conn.enqueueMsg(f.delivery, f.pid, true)
 	}
 	s.fill()
+}
+
+// resendFlight writes an unacknowledged flight again: PUBREL once PUBREC
+// has come, else the PUBLISH with DUP set [MQTT-3.3.1-1].
+func (s *session) resendFlight(f *flight) {
+	if f.rec {
+		s.conn.enqueueControl(pubrelPacket(f.pid, s.conn.v5))
+		return
+	}
+	s.conn.enqueueMsg(f.delivery, f.pid, true)
 }
