@@ -4,6 +4,7 @@
 //	fieldgate run [-config FILE]    run until SIGINT or SIGTERM
 //	fieldgate check [-config FILE]  validate a configuration, listing every problem
 //	fieldgate passwd [-D] FILE USER set (from stdin) or delete a user's password
+//	fieldgate db check|stats        verify the state file, or print what it holds
 //	fieldgate version               print version, commit, Go version and target
 //
 // Without -config, the configuration embedded in the binary is used.
@@ -55,6 +56,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdCheck(args[1:], stdout, stderr)
 	case "passwd":
 		return cmdPasswd(args[1:], os.Stdin, stdout, stderr)
+	case "db":
+		return cmdDB(args[1:], stdout, stderr)
 	case "version":
 		printVersion(stdout)
 		return 0
@@ -74,6 +77,8 @@ commands:
   run [-config FILE]    run the gateway until SIGINT or SIGTERM
   check [-config FILE]  validate a configuration and list every problem
   passwd [-D] FILE USER set USER's password in FILE from stdin, or delete USER
+  db check|stats [-config FILE | -path STATE.db]
+                        verify the state file, or print what it holds (gateway stopped)
   version               print version, commit, Go version and target
   help                  print this text
 

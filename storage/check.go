@@ -1,0 +1,231 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Check verifies the file: bbolt's own page consistency, then fieldgate's
+// invariants (every record decodes, every subscription, queued message and
+// awaiting identifier belongs to a stored session, in-flight packet
+// identifiers are unique per session). It returns every problem found;
+// none means the file is sound.
+func (db *DB) Check() []string {
+	var problems []string
+	add := func(format string, args ...any) {
+		if len(problems) < 100 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	// bbolt's checker reads the freelist, which a commit changes under a
+	// read transaction: on a writable file, Check holds the writer lock
+	// instead, and commits wait for it.
+	view := db.bolt.View
+	if !db.bolt.IsReadOnly() {
+		view = func(fn func(*bolt.Tx) error) error {
+			tx, err := db.bolt.Begin(true)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			return fn(tx)
+		}
+	}
+	err := guard("check", func() error {
+		return view(func(tx *bolt.Tx) error {
+			// Read every page here first, where guard turns a damaged one
+			// into a problem: bbolt's checker reads them again in a
+			// goroutine of its own, where a panic or fault would end the
+			// process.
+			_ = tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+				walk(b, 0)
+				return nil
+			})
+			for err := range tx.Check(bolt.WithKVStringer(shortKeys{})) {
+				add("bbolt: %v", err)
+			}
+			each := func(name []byte, fn func(k, v []byte) error) {
+				if b := tx.Bucket(name); b != nil {
+					_ = b.ForEach(fn)
+				} else {
+					add("bucket %s is missing", name)
+				}
+			}
+			if meta := tx.Bucket(bucketMeta); meta == nil {
+				add("bucket %s is missing", bucketMeta)
+			} else if v := meta.Get(keySchema); len(v) != 4 || binary.BigEndian.Uint32(v) != SchemaVersion {
+				add("meta: schema version %x, want %d", v, SchemaVersion)
+			}
+			sessions := map[string]bool{}
+			each(bucketSessions, func(k, v []byte) error {
+				if _, ok := decodeSession(string(k), v); !ok {
+					add("sessions: record of %q does not decode", k)
+				}
+				sessions[string(k)] = true
+				return nil
+			})
+			owner := func(bucket string, k []byte) (string, []byte) {
+				i := bytes.IndexByte(k, 0)
+				if i < 0 {
+					add("%s: key %q has no client id separator", bucket, k)
+					return "", nil
+				}
+				if !sessions[string(k[:i])] {
+					add("%s: key %q belongs to no stored session", bucket, k)
+				}
+				return string(k[:i]), k[i+1:]
+			}
+			each(bucketSubs, func(k, v []byte) error {
+				owner("subs", k)
+				if len(v) != 5 {
+					add("subs: record of %q is %d bytes, want 5", k, len(v))
+				}
+				return nil
+			})
+			pids := map[string]map[uint16]bool{}
+			each(bucketQueue, func(k, v []byte) error {
+				id, rest := owner("queue", k)
+				if rest == nil {
+					return nil
+				}
+				if len(rest) != 8 {
+					add("queue: key %q has no 8-byte sequence", k)
+					return nil
+				}
+				q, ok := decodeQueued(binary.BigEndian.Uint64(rest), v)
+				if !ok {
+					add("queue: record of %q does not decode", k)
+					return nil
+				}
+				if q.PID != 0 {
+					if pids[id] == nil {
+						pids[id] = map[uint16]bool{}
+					}
+					if pids[id][q.PID] {
+						add("queue: session %q has packet identifier %d in flight twice", id, q.PID)
+					}
+					pids[id][q.PID] = true
+				}
+				return nil
+			})
+			each(bucketRel, func(k, _ []byte) error {
+				if _, rest := owner("rel", k); rest != nil && len(rest) != 2 {
+					add("rel: key %q has no 2-byte packet identifier", k)
+				}
+				return nil
+			})
+			each(bucketRetained, func(k, v []byte) error {
+				m, ok := decodeMessage(v)
+				if !ok {
+					add("retained: record of %q does not decode", k)
+				} else if m.Topic != string(k) {
+					add("retained: record under %q names topic %q", k, m.Topic)
+				}
+				return nil
+			})
+			return nil
+		})
+	})
+	if err != nil {
+		add("%v", err)
+	}
+	return problems
+}
+
+// walk reads every key and value of b and of the buckets nested in it,
+// their first and last bytes (a damaged length or offset reaches past the
+// map at one end or the other), and seeks to each key, which compares it
+// with the keys of the branch pages on its path, where iterating never
+// looks.
+func walk(b *bolt.Bucket, depth int) {
+	var sum byte
+	touch := func(p []byte) {
+		if len(p) > 0 {
+			sum ^= p[0] ^ p[len(p)-1]
+		}
+	}
+	c, seek := b.Cursor(), b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		touch(k)
+		touch(v)
+		seek.Seek(k)
+		if v == nil && depth < 16 {
+			if child := b.Bucket(k); child != nil {
+				walk(child, depth+1)
+			}
+		}
+	}
+	walkSum.Add(uint32(sum))
+}
+
+// walkSum keeps walk's reads from being optimised away.
+var walkSum atomic.Uint32
+
+// shortKeys formats keys in bbolt's check messages by their length and
+// first bytes only: a key whose length is damaged could reach far past
+// the map.
+type shortKeys struct{}
+
+func (shortKeys) KeyToString(k []byte) string {
+	if len(k) > 64 {
+		return fmt.Sprintf("%q… (%d bytes)", k[:16], len(k))
+	}
+	return fmt.Sprintf("%q", k)
+}
+
+func (s shortKeys) ValueToString(v []byte) string { return s.KeyToString(v) }
+
+// BucketStats describes one bucket for fieldgate db stats.
+type BucketStats struct {
+	Name       string
+	Keys       int
+	KeyBytes   int64
+	ValueBytes int64
+	Pages      int // leaf and branch pages in use
+}
+
+// FileStats describes the whole file.
+type FileStats struct {
+	Path      string
+	Size      int64 // bytes on disk
+	PageSize  int
+	FreePages int
+	Schema    int
+	Sessions  int
+	Buckets   []BucketStats
+}
+
+// Stats reads what the file holds, bucket by bucket.
+func (db *DB) Stats() (FileStats, error) {
+	fs := FileStats{Path: db.path, PageSize: db.bolt.Info().PageSize, Schema: SchemaVersion}
+	err := guard("stats", func() error {
+		return db.bolt.View(func(tx *bolt.Tx) error {
+			fs.Size = tx.Size()
+			st := db.bolt.Stats()
+			fs.FreePages = st.FreePageN
+			return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+				bs := BucketStats{Name: string(name)}
+				s := b.Stats()
+				bs.Pages = s.LeafPageN + s.BranchPageN
+				_ = b.ForEach(func(k, v []byte) error {
+					bs.Keys++
+					bs.KeyBytes += int64(len(k))
+					bs.ValueBytes += int64(len(v))
+					return nil
+				})
+				if bytes.Equal(name, bucketSessions) {
+					fs.Sessions = bs.Keys
+				}
+				fs.Buckets = append(fs.Buckets, bs)
+				return nil
+			})
+		})
+	})
+	sort.Slice(fs.Buckets, func(i, j int) bool { return fs.Buckets[i].Name < fs.Buckets[j].Name })
+	return fs, err
+}

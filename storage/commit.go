@@ -1,0 +1,369 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Batch collects writes that become durable together. Its methods encode
+// the records at once, so a Batch holds no reference to its arguments.
+// The zero Batch is empty and ready to use.
+type Batch struct {
+	ops   []op
+	bytes int // record bytes it writes, for the budgets
+}
+
+type opKind uint8
+
+const (
+	opPut opKind = iota
+	opDelete
+	opDeletePrefix
+	opPatchQueued // rewrite a queue record's packet identifier and flags
+)
+
+type op struct {
+	kind   opKind
+	bucket []byte
+	key    []byte
+	val    []byte
+}
+
+// Empty reports whether the batch writes nothing.
+func (b *Batch) Empty() bool { return b == nil || len(b.ops) == 0 }
+
+// Len returns the number of writes in the batch.
+func (b *Batch) Len() int { return len(b.ops) }
+
+func (b *Batch) put(bucket, key, val []byte) {
+	b.ops = append(b.ops, op{kind: opPut, bucket: bucket, key: key, val: val})
+	b.bytes += len(key) + len(val)
+}
+
+func (b *Batch) del(bucket, key []byte) {
+	b.ops = append(b.ops, op{kind: opDelete, bucket: bucket, key: key})
+}
+
+// SetRetained stores m as the retained message of its topic.
+func (b *Batch) SetRetained(m *Message) {
+	b.put(bucketRetained, []byte(m.Topic), appendMessage(nil, m))
+}
+
+// DeleteRetained removes the retained message of topic.
+func (b *Batch) DeleteRetained(topic string) {
+	b.del(bucketRetained, []byte(topic))
+}
+
+// PutSession stores a session's own record (not its subscriptions or queue).
+func (b *Batch) PutSession(s *Session) {
+	b.put(bucketSessions, []byte(s.ClientID), appendSession(nil, s))
+}
+
+// DeleteSession removes a session and everything it holds.
+func (b *Batch) DeleteSession(clientID string) {
+	b.del(bucketSessions, []byte(clientID))
+	p := sessionPrefix(clientID)
+	for _, bk := range [][]byte{bucketSubs, bucketQueue, bucketRel} {
+		b.ops = append(b.ops, op{kind: opDeletePrefix, bucket: bk, key: p})
+	}
+}
+
+// PutSub stores (or replaces) a subscription of a session.
+func (b *Batch) PutSub(clientID string, s Sub) {
+	v := []byte{s.Opts}
+	v = binary.BigEndian.AppendUint32(v, s.ID)
+	b.put(bucketSubs, subKey(clientID, s.Filter), v)
+}
+
+// DeleteSub removes a subscription of a session.
+func (b *Batch) DeleteSub(clientID, filter string) {
+	b.del(bucketSubs, subKey(clientID, filter))
+}
+
+// Enqueue stores a QoS 1/2 message for a session under seq, which orders
+// the session's queue.
+func (b *Batch) Enqueue(clientID string, q *Queued) {
+	b.put(bucketQueue, queueKey(clientID, q.Seq), appendQueued(nil, q))
+}
+
+// SetInflight records the packet identifier a queued message was sent
+// with, and whether its PUBREC has come.
+func (b *Batch) SetInflight(clientID string, seq uint64, pid uint16, rec bool) {
+	v := binary.BigEndian.AppendUint16(nil, pid)
+	if rec {
+		v = append(v, 1)
+	} else {
+		v = append(v, 0)
+	}
+	b.ops = append(b.ops, op{kind: opPatchQueued, bucket: bucketQueue, key: queueKey(clientID, seq), val: v})
+}
+
+// Dequeue removes a queued message: it was acknowledged, expired or dropped.
+func (b *Batch) Dequeue(clientID string, seq uint64) {
+	b.del(bucketQueue, queueKey(clientID, seq))
+}
+
+// AddAwaitingRel records an inbound QoS 2 packet identifier whose PUBREL
+// has not come: a resent PUBLISH with it must not be delivered again.
+func (b *Batch) AddAwaitingRel(clientID string, pid uint16) {
+	b.put(bucketRel, relKey(clientID, pid), nil)
+}
+
+// DeleteAwaitingRel forgets an inbound QoS 2 packet identifier on PUBREL.
+func (b *Batch) DeleteAwaitingRel(clientID string, pid uint16) {
+	b.del(bucketRel, relKey(clientID, pid))
+}
+
+// ErrInvalidWrite is what a commit reports for a batch bbolt cannot store:
+// a put with an empty key, or a key longer than bbolt's 32 KiB limit,
+// which MQTT's 65535-byte topics and client ids can exceed.
+var ErrInvalidWrite = errors.New("storage: write bbolt cannot store")
+
+// validate refuses a batch that bbolt would fail on before it joins a
+// transaction: grouped with others, it would fail every batch in the group.
+func (b *Batch) validate() error {
+	for i := range b.ops {
+		o := &b.ops[i]
+		if o.kind != opPut {
+			continue // deletes of an impossible key find nothing
+		}
+		if len(o.key) == 0 || len(o.key) > bolt.MaxKeySize {
+			return fmt.Errorf("%w: %s key of %d bytes, bbolt takes 1 to %d", ErrInvalidWrite, o.bucket, len(o.key), bolt.MaxKeySize)
+		}
+		if int64(len(o.val)) > bolt.MaxValueSize {
+			return fmt.Errorf("%w: %s record of %d bytes, bbolt takes up to %d", ErrInvalidWrite, o.bucket, len(o.val), bolt.MaxValueSize)
+		}
+	}
+	return nil
+}
+
+// Append adds other's writes after b's.
+func (b *Batch) Append(other *Batch) {
+	if other == nil {
+		return
+	}
+	b.ops = append(b.ops, other.ops...)
+	b.bytes += other.bytes
+}
+
+// pending is a batch waiting for the committer.
+type pending struct {
+	b    *Batch
+	done func(error) // nil for a lazy batch
+}
+
+// Commit applies b durably, grouped with whatever else is waiting, and
+// calls done (on the committer's goroutine; it must not block) once it is
+// fsynced or has failed. An empty batch completes at once.
+func (db *DB) Commit(b *Batch, done func(error)) {
+	if b.Empty() {
+		if done != nil {
+			done(nil)
+		}
+		return
+	}
+	if done == nil {
+		done = func(error) {}
+	}
+	if err := b.validate(); err != nil {
+		done(err)
+		return
+	}
+	db.submit(pending{b: b, done: done})
+}
+
+// CommitWait is Commit for a caller that waits for the result.
+func (db *DB) CommitWait(b *Batch) error {
+	ch := make(chan error, 1)
+	db.Commit(b, func(err error) { ch <- err })
+	return <-ch
+}
+
+// CommitLazy applies b with the next commit, or within LazyDelay, without
+// an fsync of its own. Its failure is counted and logged, not reported.
+func (db *DB) CommitLazy(b *Batch) {
+	if b.Empty() {
+		return
+	}
+	if err := b.validate(); err != nil {
+		db.stats.lazyLost.Add(1)
+		db.log.Error("state database refused a write", "path", db.path, "err", err)
+		return
+	}
+	db.submit(pending{b: b})
+}
+
+func (db *DB) submit(p pending) {
+	db.qmu.Lock()
+	if db.closed {
+		db.qmu.Unlock()
+		if p.done != nil {
+			p.done(ErrClosed)
+		}
+		return
+	}
+	db.queue = append(db.queue, p)
+	if p.done != nil {
+		db.durable++
+	}
+	db.qmu.Unlock()
+	select {
+	case db.wake <- struct{}{}:
+	default:
+	}
+}
+
+// commitLoop is the committer goroutine: it takes everything waiting and
+// applies it in one transaction. A durable batch starts a commit at once;
+// lazy ones wait up to LazyDelay for company.
+func (db *DB) commitLoop() {
+	defer close(db.loopDone)
+	var lazySince time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-db.wake:
+		case <-timer.C:
+		case <-db.stop:
+			db.flush()
+			return
+		}
+		db.qmu.Lock()
+		n, durable := len(db.queue), db.durable
+		db.qmu.Unlock()
+		if n == 0 {
+			continue
+		}
+		if durable == 0 {
+			if lazySince.IsZero() {
+				lazySince = time.Now()
+			}
+			if wait := db.lazyDelay - time.Since(lazySince); wait > 0 {
+				timer.Reset(wait)
+				continue
+			}
+		}
+		lazySince = time.Time{}
+		timer.Stop()
+		db.flush()
+	}
+}
+
+// flush commits everything waiting, in one transaction.
+func (db *DB) flush() {
+	db.qmu.Lock()
+	batch := db.queue
+	db.queue, db.spare = db.spare[:0], nil
+	db.durable = 0
+	db.qmu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	start := time.Now()
+	err := db.apply(batch)
+	took := time.Since(start)
+	db.noteCommit(len(batch), took, err)
+	for i := range batch {
+		if batch[i].done != nil {
+			batch[i].done(err)
+		} else if err != nil {
+			db.stats.lazyLost.Add(1)
+		}
+		batch[i] = pending{}
+	}
+	db.qmu.Lock()
+	db.spare = batch[:0]
+	db.qmu.Unlock()
+}
+
+// apply runs every batch in one bbolt transaction and commits it, which
+// fsyncs the file.
+func (db *DB) apply(batch []pending) error {
+	var delta int64
+	err := guard("commit", func() error {
+		tx, err := db.bolt.Begin(true)
+		if err != nil {
+			return fmt.Errorf("storage: begin: %w", err)
+		}
+		// After a panic (a damaged page) the writer lock must still go.
+		defer func() {
+			if tx.DB() != nil {
+				_ = tx.Rollback()
+			}
+		}()
+		for _, p := range batch {
+			for i := range p.b.ops {
+				d, err := applyOp(tx, &p.b.ops[i])
+				if err != nil {
+					return err
+				}
+				delta += d
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("storage: commit: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	db.queuedBytes.Add(delta)
+	return nil
+}
+
+// applyOp applies one write and returns how it changed the bytes held in
+// the queue bucket.
+func applyOp(tx *bolt.Tx, o *op) (int64, error) {
+	bk := tx.Bucket(o.bucket)
+	if bk == nil {
+		return 0, fmt.Errorf("storage: bucket %q missing", o.bucket)
+	}
+	queue := bytes.Equal(o.bucket, bucketQueue)
+	var delta int64
+	switch o.kind {
+	case opPut:
+		if queue {
+			delta -= int64(len(bk.Get(o.key)))
+			delta += int64(len(o.val))
+		}
+		return delta, bk.Put(o.key, o.val)
+	case opDelete:
+		if queue {
+			delta -= int64(len(bk.Get(o.key)))
+		}
+		return delta, bk.Delete(o.key)
+	case opDeletePrefix:
+		// Keys first, deletes after: a cursor's position after a delete
+		// is not something to rely on.
+		var keys [][]byte
+		c := bk.Cursor()
+		for k, v := c.Seek(o.key); k != nil && bytes.HasPrefix(k, o.key); k, v = c.Next() {
+			keys = append(keys, bytes.Clone(k))
+			if queue {
+				delta -= int64(len(v))
+			}
+		}
+		for _, k := range keys {
+			if err := bk.Delete(k); err != nil {
+				return delta, err
+			}
+		}
+		return delta, nil
+	case opPatchQueued:
+		old := bk.Get(o.key)
+		if len(old) < 3 {
+			// Gone already (acknowledged and dequeued): nothing to patch.
+			return 0, nil
+		}
+		v := append(append([]byte(nil), o.val...), old[3:]...)
+		return 0, bk.Put(o.key, v)
+	}
+	return 0, errors.New("storage: unknown write")
+}

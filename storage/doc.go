@@ -1,0 +1,27 @@
+// Package storage keeps fieldgate's state in one bbolt file: persistent
+// sessions with their subscriptions, queued and in-flight messages and the
+// QoS 2 packet identifiers awaiting PUBREL, and retained messages.
+//
+// The durability contract:
+//
+//   - A Batch passed to Commit is on disk, fsynced, when its done callback
+//     runs with a nil error; with an error, none of it is. Nothing else
+//     about the database changes in between.
+//   - Batches are applied in the order they are committed, each whole or
+//     not at all. Commits arriving while another commit runs are grouped
+//     into the next transaction: one fsync serves them all. An SD card
+//     manages a few hundred fsyncs a second; grouping keeps that the bound
+//     on transactions, not on publishes.
+//   - CommitLazy batches (what QoS 0 publishes change) never cause an
+//     fsync of their own: they ride with the next Commit, or go out
+//     within LazyDelay when none comes.
+//   - A failed commit (disk full, an I/O error) leaves the file as it was
+//     before the transaction; later commits are tried afresh, so the
+//     database recovers by itself when space returns.
+//   - A file written by a newer schema is refused at Open with an error
+//     that says so; an older one is migrated, in one transaction, first.
+//
+// Storage imports nothing else of fieldgate's: it stores records and knows
+// nothing of MQTT beyond topic filters, and its callers pass it the
+// topic matcher for retained lookup.
+package storage

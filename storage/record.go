@@ -1,0 +1,243 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message is an application message as stored.
+type Message struct {
+	Topic   string
+	Payload []byte
+	Props   []byte // MQTT 5 properties as the caller encoded them; nil for none
+	Expiry  int64  // unix nanoseconds when it expires, 0 for never
+	QoS     byte
+	Retain  bool
+}
+
+// Session is what a persistent session keeps between connections.
+type Session struct {
+	ClientID string
+	User     string
+	Expiry   time.Duration // session expiry interval
+	ExpireAt time.Time     // when it ends; zero while its client is connected
+	Will     *Will         // nil for none
+}
+
+// Will is a session's Will Message; At is set once it is waiting for its delay.
+type Will struct {
+	Msg   Message
+	Delay time.Duration
+	At    time.Time
+}
+
+// Sub is one subscription of a session.
+type Sub struct {
+	Filter string
+	Opts   byte   // the MQTT 5 subscription options byte
+	ID     uint32 // subscription identifier, 0 for none
+}
+
+// Queued is a QoS 1/2 message held for a session: in flight once it has a
+// packet identifier, waiting for the window or the client before that.
+type Queued struct {
+	Seq uint64
+	PID uint16 // 0 until sent
+	Rec bool   // PUBREC received: PUBREL is due, not the message
+	Msg Message
+}
+
+// SessionState is a persistent session with everything it holds, as Load
+// returns it.
+type SessionState struct {
+	Session
+	Subs        []Sub
+	Queue       []Queued // in Seq order
+	AwaitingRel []uint16 // inbound QoS 2 packet identifiers awaiting PUBREL
+}
+
+// ErrCorrupt wraps every error about a record that cannot be decoded.
+var ErrCorrupt = errors.New("storage: corrupt record")
+
+func corrupt(what string, key []byte) error {
+	return fmt.Errorf("%w: %s %q", ErrCorrupt, what, key)
+}
+
+// Message records: flags (QoS in bits 0-1, retain in bit 2), expiry as
+// 8 bytes, topic and properties each with a uvarint length, the payload to
+// the end. A retained message's topic is its key; it is stored all the
+// same so that one decoder serves every bucket.
+func appendMessage(dst []byte, m *Message) []byte {
+	f := m.QoS & 3
+	if m.Retain {
+		f |= 4
+	}
+	dst = append(dst, f)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.Expiry))
+	dst = binary.AppendUvarint(dst, uint64(len(m.Topic)))
+	dst = append(dst, m.Topic...)
+	dst = binary.AppendUvarint(dst, uint64(len(m.Props)))
+	dst = append(dst, m.Props...)
+	return append(dst, m.Payload...)
+}
+
+// decodeMessage decodes a message record, copying out of b (which may be
+// bbolt's memory map).
+func decodeMessage(b []byte) (Message, bool) {
+	var m Message
+	if len(b) < 9 {
+		return m, false
+	}
+	m.QoS, m.Retain = b[0]&3, b[0]&4 != 0
+	if b[0]&^7 != 0 || m.QoS == 3 {
+		return m, false
+	}
+	m.Expiry = int64(binary.BigEndian.Uint64(b[1:]))
+	b = b[9:]
+	topic, b, ok := lenPrefixed(b)
+	if !ok {
+		return m, false
+	}
+	props, b, ok := lenPrefixed(b)
+	if !ok {
+		return m, false
+	}
+	m.Topic = string(topic)
+	if len(props) > 0 {
+		m.Props = append([]byte(nil), props...)
+	}
+	m.Payload = append([]byte{}, b...)
+	return m, true
+}
+
+func lenPrefixed(b []byte) (val, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil, nil, false
+	}
+	return b[k : k+int(n)], b[k+int(n):], true
+}
+
+// Queue records: packet identifier (2 bytes), flags (bit 0: PUBREC
+// received), then the message record.
+func appendQueued(dst []byte, q *Queued) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, q.PID)
+	var f byte
+	if q.Rec {
+		f = 1
+	}
+	dst = append(dst, f)
+	return appendMessage(dst, &q.Msg)
+}
+
+func decodeQueued(seq uint64, b []byte) (Queued, bool) {
+	q := Queued{Seq: seq}
+	if len(b) < 3 || b[2]&^1 != 0 {
+		return q, false
+	}
+	q.PID, q.Rec = binary.BigEndian.Uint16(b), b[2] == 1
+	var ok bool
+	q.Msg, ok = decodeMessage(b[3:])
+	return q, ok
+}
+
+// Session records: a version byte, expiry in seconds, expire-at in unix
+// nanoseconds (0 while connected), the user name, then the will if any.
+const sessionRecordV1 = 1
+
+func appendSession(dst []byte, s *Session) []byte {
+	dst = append(dst, sessionRecordV1)
+	dst = binary.AppendUvarint(dst, uint64(s.Expiry/time.Second))
+	dst = binary.AppendVarint(dst, unixNano(s.ExpireAt))
+	dst = binary.AppendUvarint(dst, uint64(len(s.User)))
+	dst = append(dst, s.User...)
+	if s.Will == nil {
+		return append(dst, 0)
+	}
+	dst = append(dst, 1)
+	dst = binary.AppendUvarint(dst, uint64(s.Will.Delay/time.Second))
+	dst = binary.AppendVarint(dst, unixNano(s.Will.At))
+	return appendMessage(dst, &s.Will.Msg)
+}
+
+func decodeSession(id string, b []byte) (Session, bool) {
+	s := Session{ClientID: id}
+	if len(b) < 1 || b[0] != sessionRecordV1 {
+		return s, false
+	}
+	b = b[1:]
+	exp, k := binary.Uvarint(b)
+	if k <= 0 {
+		return s, false
+	}
+	b = b[k:]
+	at, k := binary.Varint(b)
+	if k <= 0 {
+		return s, false
+	}
+	b = b[k:]
+	user, b, ok := lenPrefixed(b)
+	if !ok || len(b) < 1 {
+		return s, false
+	}
+	s.Expiry, s.ExpireAt, s.User = time.Duration(exp)*time.Second, fromUnixNano(at), string(user)
+	if b[0] == 0 {
+		return s, len(b) == 1
+	}
+	if b[0] != 1 {
+		return s, false
+	}
+	b = b[1:]
+	delay, k := binary.Uvarint(b)
+	if k <= 0 {
+		return s, false
+	}
+	b = b[k:]
+	wat, k := binary.Varint(b)
+	if k <= 0 {
+		return s, false
+	}
+	msg, ok := decodeMessage(b[k:])
+	if !ok {
+		return s, false
+	}
+	s.Will = &Will{Msg: msg, Delay: time.Duration(delay) * time.Second, At: fromUnixNano(wat)}
+	return s, true
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Keys: a session's records share the prefix clientID + 0x00; MQTT
+// strings cannot contain U+0000 [MQTT-1.5.4-2], so no client id is a
+// prefix of another's key.
+func sessionPrefix(clientID string) []byte {
+	k := make([]byte, 0, len(clientID)+1)
+	k = append(k, clientID...)
+	return append(k, 0)
+}
+
+func subKey(clientID, filter string) []byte {
+	return append(sessionPrefix(clientID), filter...)
+}
+
+func queueKey(clientID string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(sessionPrefix(clientID), seq)
+}
+
+func relKey(clientID string, pid uint16) []byte {
+	return binary.BigEndian.AppendUint16(sessionPrefix(clientID), pid)
+}
