@@ -2,9 +2,9 @@
 // storage, the MQTT broker and its listeners, the sensor poller, the cloud
 // bridge and the ops endpoint, started in that order and stopped in reverse.
 //
-// Components join the assembly as they are built. Today it runs the broker
-// on the configured listeners; storage, sensors, the bridge and the ops
-// endpoint join in later steps.
+// Components join the assembly as they are built. Today it opens the state
+// file and runs the broker on the configured listeners; sensors, the bridge
+// and the ops endpoint join in later steps.
 package gateway
 
 import (
@@ -16,6 +16,7 @@ import (
 
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/storage"
 )
 
 // shutdownGrace bounds how long clients get to receive their DISCONNECT
@@ -31,7 +32,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, version stri
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b, err := broker.New(broker.Options{Broker: cfg.Broker, Listeners: cfg.Listeners, Version: version}, log.With("component", "broker"))
+	store, err := storage.Open(cfg.Storage.Path, storage.Options{Logger: log.With("component", "storage")})
+	if err != nil {
+		return fmt.Errorf("gateway: storage.path: %w", err)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("closing the state database", "err", err)
+		}
+	}()
+	b, err := broker.New(broker.Options{
+		Broker: cfg.Broker, Listeners: cfg.Listeners, Version: version,
+		Store: store, MaxStoredBytes: int64(cfg.Storage.MaxQueuedBytes), QueuePolicy: cfg.Storage.QueuePolicy,
+	}, log.With("component", "broker"))
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

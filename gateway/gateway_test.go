@@ -21,6 +21,7 @@ func TestRunReturnsWhenContextCancelled(t *testing.T) {
 	done := make(chan error, 1)
 	cfg := config.Default()
 	cfg.Listeners[0].Address = "127.0.0.1:0"
+	cfg.Storage.Path = t.TempDir() + "/state.db"
 	go func() { done <- Run(ctx, cfg, log, "test") }()
 
 	select {
@@ -58,6 +59,7 @@ func TestRunReportsListenerInUse(t *testing.T) {
 	defer l.Close()
 	cfg := config.Default()
 	cfg.Listeners[0].Address = l.Addr().String()
+	cfg.Storage.Path = t.TempDir() + "/state.db"
 	err = Run(context.Background(), cfg, nil, "test")
 	if err == nil || !strings.Contains(err.Error(), `listener "default"`) {
 		t.Fatalf("Run with a busy port = %v, want an error naming the listener", err)

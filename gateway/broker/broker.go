@@ -13,6 +13,7 @@ import (
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
@@ -21,6 +22,12 @@ type Options struct {
 	config.Broker
 	Listeners []config.Listener // bound by Start; may be empty for in-process use
 	Version   string            // reported on $SYS/broker/version
+
+	// Store keeps persistent sessions and retained messages; nil keeps
+	// them in memory only.
+	Store          *storage.DB
+	MaxStoredBytes int64  // queued messages of all persistent sessions, in bytes
+	QueuePolicy    string // config.QueueDropOldest or config.QueueRefuse
 }
 
 // Broker is the MQTT server. Create it with New, bind its listeners with
@@ -53,6 +60,9 @@ type Broker struct {
 	conns     sync.WaitGroup
 	live      map[*conn]struct{}
 
+	store         *storage.DB
+	restoredWills []*message // wills due from the previous run, sent at Start
+
 	stop      chan struct{}
 	houseDone chan struct{}
 	stats     stats
@@ -63,6 +73,7 @@ type Broker struct {
 // stats are the counters $SYS and the ops endpoint report.
 type stats struct {
 	msgsRecv, msgsSent, bytesRecv, bytesSent, dropped atomic.Int64
+	refused                                           atomic.Int64 // messages a queue policy turned away
 	connected, totalConns                             atomic.Int64
 }
 
@@ -89,6 +100,11 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 		start:    time.Now(),
 	}
 	b.retained.init()
+	b.store = opts.Store
+	b.retained.db, b.retained.log = opts.Store, log
+	if b.opts.MaxStoredBytes <= 0 {
+		b.opts.MaxStoredBytes = int64(config.Default().Storage.MaxQueuedBytes)
+	}
 	if opts.PasswordFile != "" {
 		users, err := auth.LoadPasswords(opts.PasswordFile)
 		if err != nil {
@@ -97,6 +113,9 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 		b.users = users
 	}
 	b.acl = auth.NewACL(opts.ACL)
+	if err := b.restore(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -129,6 +148,10 @@ func (b *Broker) Start() error {
 	}
 	b.houseDone = make(chan struct{})
 	go b.housekeep()
+	for _, m := range b.restoredWills {
+		b.publishOwn(m)
+	}
+	b.restoredWills = nil
 	return nil
 }
 
@@ -242,6 +265,12 @@ func (b *Broker) endSession(s *session) {
 	}
 	s.mu.Lock()
 	s.ended = true
+	if s.stored {
+		var bt storage.Batch
+		bt.DeleteSession(s.id)
+		b.store.Commit(&bt, nil)
+		s.stored = false
+	}
 	for f := range s.subs {
 		b.index.Unsubscribe(s.handle, f)
 	}
@@ -320,7 +349,7 @@ func (b *Broker) sweep(now time.Time) {
 	}
 	b.mu.Unlock()
 	for _, m := range wills {
-		b.publish(m, matcher.NoHandle)
+		b.publishOwn(m)
 	}
 	for _, c := range stalled {
 		b.log.Warn("disconnecting a stalled client", "client", c.clientID, "waited", b.opts.InflightTimeout)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
@@ -37,6 +38,7 @@ type conn struct {
 	aliasMax    uint16 // topic aliases the client accepts from us
 	keepalive   time.Duration
 	perms       auth.Permissions // the client's ACL rules
+	acksWaiting atomic.Int32     // acknowledgements waiting for a commit
 	problemOff  bool             // the client asked for no reason strings [MQTT-3.1.2-29]
 	askedExpiry uint32           // the session expiry interval CONNECT asked for
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -307,7 +308,7 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 	}
 	s := old
 	if s == nil {
-		s = &session{id: c.clientID, subs: make(map[string]subscription)}
+		s = &session{b: b, id: c.clientID, subs: make(map[string]subscription)}
 		h, err := b.newHandle(s)
 		if err != nil {
 			b.mu.Unlock()
@@ -321,6 +322,19 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 	s.expiry = expiry
 	s.expireAt = time.Time{}
 	s.will, s.willAt = w, time.Time{}
+	if b.store != nil && (s.persistent(b) || s.stored) {
+		// The session's record, with its expiry and will; not waited
+		// for: a crash before it is on disk loses only the session's
+		// existence, which the next CONNACK's session present reports.
+		var bt storage.Batch
+		if s.persistent(b) {
+			bt.PutSession(s.record())
+		} else {
+			bt.DeleteSession(s.id)
+		}
+		s.stored = s.persistent(b)
+		b.store.Commit(&bt, nil)
+	}
 	c.s = s
 	connack(old != nil)
 	s.conn = c
@@ -329,7 +343,7 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 	s.mu.Unlock()
 	b.mu.Unlock()
 	for _, m := range wills {
-		b.publish(m, matcher.NoHandle)
+		b.publishOwn(m)
 	}
 	return nil
 }
@@ -365,6 +379,10 @@ func (b *Broker) detach(c *conn, normal bool) {
 	if !end {
 		s.expireAt = now.Add(s.expiry)
 		// QoS 0 messages do not wait for a client to return.
+		if s.persistent(b) {
+			rec := s.record()
+			b.lazy(func(bt *storage.Batch) { bt.PutSession(rec) })
+		}
 	}
 	s.mu.Unlock()
 	if end {
@@ -374,7 +392,7 @@ func (b *Broker) detach(c *conn, normal bool) {
 	}
 	b.mu.Unlock()
 	if willMsg != nil {
-		b.publish(willMsg, matcher.NoHandle)
+		b.publishOwn(willMsg)
 	}
 }
 

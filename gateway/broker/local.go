@@ -46,6 +46,10 @@ type Client struct {
 // ErrClientClosed is returned by a Client used after Close.
 var ErrClientClosed = errors.New("broker: in-process client closed")
 
+// ErrQueueFull is returned by Publish when a persistent session's queue
+// policy refused the message for it (it reached every other subscriber).
+var ErrQueueFull = errors.New("a subscriber's queue is full")
+
 // Connect opens an in-process client session under clientID, which must
 // not be used by network clients. The session ends when the client closes.
 func (b *Broker) Connect(clientID string) (*Client, error) {
@@ -82,8 +86,28 @@ func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos
 		return fmt.Errorf("broker: publish to %q: QoS %d; use 0, 1 or 2", topic, qos)
 	}
 	cl.b.stats.msgsRecv.Add(1)
-	cl.b.publish(newMessage(topic, payload, qos, retain, nil, time.Now()), cl.c.s.handle)
-	return nil
+	fx := &effects{}
+	cl.b.publish(newMessage(topic, payload, qos, retain, nil, time.Now()), cl.c.s.handle, fx)
+	if qos == 0 {
+		cl.b.commitLazy(fx)
+		return nil
+	}
+	// QoS 1/2 returns once stored: the caller is held back at the pace the
+	// state file can take, which is the back-pressure a sensor loop needs.
+	done := make(chan error, 1)
+	cl.b.commitEffects(fx, true, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("broker: publish to %q not stored: %w", topic, err)
+		}
+		if fx.refused {
+			return fmt.Errorf("broker: publish to %q: %w", topic, ErrQueueFull)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Subscribe adds a subscription whose messages go to h; subscribing again

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -24,12 +25,16 @@ var routeBufs = sync.Pool{New: func() any { return new(routeBuf) }}
 // the retained message of its topic. from is the publishing session, for
 // No Local; NoHandle for messages the broker makes. It returns the number
 // of sessions matched.
-func (b *Broker) publish(m *message, from matcher.Handle) int {
+//
+// With fx, what must be durable before the publisher is acknowledged (the
+// retained change, deliveries to persistent sessions) goes into fx's
+// batch; the caller commits it. Without fx nothing is stored: $SYS.
+func (b *Broker) publish(m *message, from matcher.Handle, fx *effects) int {
 	if m.retain {
 		if len(m.payload) == 0 {
-			b.retained.delete(m.topic) // [MQTT-3.3.1-6] [MQTT-3.3.1-7]
+			b.retained.delete(m.topic, fx) // [MQTT-3.3.1-6] [MQTT-3.3.1-7]
 		} else {
-			b.retained.set(m) // [MQTT-3.3.1-5]
+			b.retained.set(m, fx) // [MQTT-3.3.1-5]
 		}
 	}
 	rb := routeBufs.Get().(*routeBuf)
@@ -59,7 +64,9 @@ func (b *Broker) publish(m *message, from matcher.Handle) int {
 				dl.subIDs = nil
 			}
 		}
-		s.deliver(b, dl)
+		s.mu.Lock()
+		s.deliverLocked(b, dl, fx)
+		s.mu.Unlock()
 	}
 	clear(rb.sessions)
 	rb.sessions = rb.sessions[:0]
@@ -97,6 +104,22 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 			return err
 		}
 		codes[i] = code
+	}
+	// A persistent session's subscriptions are on disk before SUBACK.
+	s.mu.Lock()
+	var bt storage.Batch
+	if s.persistent(b) {
+		for i, f := range pk.Filters {
+			if sub, ok := s.subs[f.Filter]; ok && codes[i] < 0x80 {
+				bt.PutSub(s.id, storage.Sub{Filter: f.Filter, Opts: byte(sub.opts), ID: sub.id})
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !bt.Empty() {
+		if err := b.store.CommitWait(&bt); err != nil {
+			return failure(rcUnspecified, "subscriptions not stored: %v", err)
+		}
 	}
 	ack := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Suback}, PacketID: pk.PacketID, ReasonCodes: codes, ProtocolVersion: 4}
 	if c.v5 {
@@ -193,16 +216,25 @@ func (c *conn) onUnsubscribe(pk *packets.Packet) error {
 	codes := make([]byte, len(pk.Filters))
 	s := c.s
 	s.mu.Lock()
+	var bt storage.Batch
 	for i, f := range pk.Filters {
 		if _, ok := s.subs[f.Filter]; ok {
 			c.b.index.Unsubscribe(s.handle, f.Filter)
 			delete(s.subs, f.Filter)
 			codes[i] = rcSuccess
+			if s.persistent(c.b) {
+				bt.DeleteSub(s.id, f.Filter)
+			}
 		} else {
 			codes[i] = rcNoSubscriptionExists
 		}
 	}
 	s.mu.Unlock()
+	if !bt.Empty() {
+		if err := c.b.store.CommitWait(&bt); err != nil {
+			return failure(rcUnspecified, "unsubscribe not stored: %v", err)
+		}
+	}
 	ack := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsuback}, PacketID: pk.PacketID, ReasonCodes: codes, ProtocolVersion: 4}
 	if c.v5 {
 		ack.ProtocolVersion = 5

@@ -54,7 +54,7 @@ func BenchmarkRoute(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				m := newMessage("plant/greenhouse-1/temp", payload, 0, false, nil, now)
-				tb.Broker.publish(m, matcher.NoHandle)
+				tb.Broker.publish(m, matcher.NoHandle, nil)
 			}
 			b.StopTimer()
 			if d := tb.Broker.stats.dropped.Load(); d > 0 {

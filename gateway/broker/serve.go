@@ -98,15 +98,22 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 		if err := decode(pk, body, (*packets.Packet).PubrelDecode); err != nil {
 			return err
 		}
+		pid := pk.PacketID
+		fx := &effects{}
 		c.s.mu.Lock()
-		_, ok := c.s.awaitingRel[pk.PacketID]
-		delete(c.s.awaitingRel, pk.PacketID)
+		_, ok := c.s.awaitingRel[pid]
+		delete(c.s.awaitingRel, pid)
+		if ok && c.s.persistent(c.b) {
+			// Gone from disk before PUBCOMP: afterwards the identifier
+			// may carry a new message.
+			fx.batch.DeleteAwaitingRel(c.clientID, pid)
+		}
 		c.s.mu.Unlock()
 		code := byte(rcSuccess)
 		if !ok {
 			code = rcPacketIDNotFound
 		}
-		c.enqueueControl(ackPacket(packets.Pubcomp, pk.PacketID, code, c.v5, "")) // [MQTT-4.3.3-11]
+		c.ackAfter(fx, func(error) []byte { return ackPacket(packets.Pubcomp, pid, code, c.v5, "") }) // [MQTT-4.3.3-11]
 		return nil
 	case packets.Subscribe:
 		if err := checkSubscribeOptions(body, c.v5); err != nil {
@@ -206,6 +213,8 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	// Clients may not publish into the broker's own $ topics, and the ACL
 	// decides the rest.
 	allowed := !strings.HasPrefix(topic, "$") && c.perms.CanPublish(topic)
+	fx := &effects{}
+	pid := pk.PacketID
 
 	if qos == 2 {
 		c.s.mu.Lock()
@@ -219,12 +228,17 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 				c.s.awaitingRel = make(map[uint16]struct{})
 			}
 			c.s.awaitingRel[pk.PacketID] = struct{}{}
+			if c.s.persistent(c.b) {
+				// Stored with the message's effects, before PUBREC: a
+				// resend after a crash must still be known as one.
+				fx.batch.AddAwaitingRel(c.clientID, pid)
+			}
 		}
 		c.s.mu.Unlock()
 		if dup {
 			// Already routed: acknowledge again, deliver nothing twice
 			// [MQTT-4.3.3-10].
-			c.enqueueControl(ackPacket(packets.Pubrec, pk.PacketID, rcSuccess, c.v5, ""))
+			c.ackAfter(fx, func(error) []byte { return ackPacket(packets.Pubrec, pid, rcSuccess, c.v5, "") })
 			return nil
 		}
 	}
@@ -241,7 +255,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 				// Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
 				ack = ackPacket(kind, pk.PacketID, rcNotAuthorized, c.v5, "")
 			}
-			c.enqueueControl(ack)
+			c.ackAfter(fx, func(error) []byte { return ack })
 		}
 		return nil
 	}
@@ -252,14 +266,43 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	// topic and payload point into the packet's own buffer, which the
 	// message keeps; an alias-resolved topic is the alias table's copy.
 	m := newMessage(topic, pk.Payload, qos, pk.FixedHeader.Retain, props, time.Now())
-	c.b.publish(m, c.s.handle)
-	switch qos {
-	case 1:
-		c.enqueueControl(ackPacket(packets.Puback, pk.PacketID, rcSuccess, c.v5, ""))
-	case 2:
-		c.enqueueControl(ackPacket(packets.Pubrec, pk.PacketID, rcSuccess, c.v5, ""))
+	c.b.publish(m, c.s.handle, fx)
+	if qos == 0 {
+		c.b.commitLazy(fx) // QoS 0 is never fsynced for its own sake
+		return nil
 	}
+	// The acknowledgement waits until every durable effect is on disk.
+	kind := byte(packets.Puback)
+	if qos == 2 {
+		kind = packets.Pubrec
+	}
+	c.ackAfter(fx, func(err error) []byte {
+		switch {
+		case err != nil:
+			c.b.log.Debug("publish not stored", "client", c.clientID, "topic", m.topic, "err", err)
+			if qos == 2 {
+				c.forgetRel(pid) // the resend must count as new [MQTT-4.3.3-9]
+			}
+			if !c.v5 {
+				// MQTT 3.1.1 cannot refuse a publish: close instead of
+				// acknowledging what was not stored; the client resends.
+				c.shutdown(noDisconnect, "")
+				return nil
+			}
+			return ackPacket(kind, pid, rcQuotaExceeded, true, c.ackReason("not stored: the gateway's storage failed"))
+		case fx.refused && c.v5:
+			return ackPacket(kind, pid, rcQuotaExceeded, true, c.ackReason("a subscriber's queue is full"))
+		}
+		return ackPacket(kind, pid, rcSuccess, c.v5, "")
+	})
 	return nil
+}
+
+// forgetRel drops an inbound QoS 2 identifier whose PUBREC was a failure.
+func (c *conn) forgetRel(pid uint16) {
+	c.s.mu.Lock()
+	delete(c.s.awaitingRel, pid)
+	c.s.mu.Unlock()
 }
 
 // onDisconnect handles a client's DISCONNECT: the end of a normal close.

@@ -4,7 +4,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -12,6 +14,7 @@ import (
 // connections when it is persistent. Its fields are guarded by mu, except
 // id and handle, which never change.
 type session struct {
+	b      *Broker
 	id     string
 	handle matcher.Handle
 
@@ -25,6 +28,7 @@ type session struct {
 	pending  []delivery              // QoS 1/2 waiting for window room or for the client to return
 	pendingB int                     // bytes of pending
 	nextPID  uint16
+	nextSeq  uint64 // orders a persistent session's stored queue
 	// awaitingRel holds the packet identifiers of QoS 2 PUBLISHes received
 	// and routed, whose PUBREL has not come yet [MQTT-4.3.3-10].
 	awaitingRel map[uint16]struct{}
@@ -34,6 +38,7 @@ type session struct {
 	will     *will         // armed while connected; pending after an abnormal disconnect
 	willAt   time.Time     // when a pending will is due
 	ended    bool          // removed from the broker; late deliveries are ignored
+	stored   bool          // has a record in storage
 }
 
 // subscription is what a session asked for on one filter.
@@ -46,6 +51,7 @@ type subscription struct {
 type delivery struct {
 	msg    *message
 	subIDs []uint32 // MQTT 5 subscription identifiers; nil for none
+	seq    uint64   // its place in a persistent session's stored queue, 0 otherwise
 	qos    byte
 	retain bool
 }
@@ -56,7 +62,11 @@ type flight struct {
 	pid  uint16
 	sent time.Time
 	held bool // resent after a reconnect only once the window has room
-	rec  bool // PUBREC received: waiting for PUBCOMP, resend PUBREL [MQTT-4.3.3-5]
+	// awaiting is the commit that must store this flight's packet
+	// identifier before it is sent: QoS 2 to a persistent session, so that
+	// a crash cannot make it go out twice under two identifiers.
+	awaiting *effects
+	rec      bool // PUBREC received: waiting for PUBCOMP, resend PUBREL [MQTT-4.3.3-5]
 }
 
 // will is a client's Will Message with its delay.
@@ -100,17 +110,13 @@ func (s *session) window() int {
 	return s.conn.window
 }
 
-// deliver hands one message to the session: straight to its connection
-// when there is room, into its pending queue when a QoS 1/2 message must
-// wait, or counted as dropped. It never blocks.
-func (s *session) deliver(b *Broker, d delivery) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.deliverLocked(b, d)
-}
-
-// deliverLocked is deliver for a caller that holds s.mu.
-func (s *session) deliverLocked(b *Broker, d delivery) {
+// deliverLocked hands one message to the session: straight to its
+// connection when there is room, into its pending queue when a QoS 1/2
+// message must wait, or counted as dropped; it never blocks, and the
+// caller holds s.mu. With fx, the
+// deliveries to a persistent session are stored in fx's batch, and fx is
+// refused when the session's queue policy turns one away.
+func (s *session) deliverLocked(b *Broker, d delivery, fx *effects) {
 	if s.ended {
 		return
 	}
@@ -118,6 +124,10 @@ func (s *session) deliverLocked(b *Broker, d delivery) {
 		if s.conn == nil || !s.conn.enqueueMsg(d, 0, false) {
 			b.stats.dropped.Add(1)
 		}
+		return
+	}
+	if fx != nil && s.persistent(b) {
+		s.deliverStored(b, d, fx)
 		return
 	}
 	if s.conn != nil && len(s.pending) == 0 && len(s.inflight) < s.window() {
@@ -141,6 +151,8 @@ func (s *session) deliverLocked(b *Broker, d delivery) {
 // throughout, so a live message published meanwhile reaches the client
 // after them and a newer retained value never arrives before an older one.
 func (s *session) sendRetained(b *Broker, first func(), filters []retainedFor, ids []uint32) {
+	fx := &effects{}
+	defer b.commitLazy(fx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if first != nil {
@@ -153,7 +165,7 @@ func (s *session) sendRetained(b *Broker, first func(), filters []retainedFor, i
 				return
 			}
 			// Sent because of a new subscription: retain set [MQTT-3.3.1-8].
-			s.deliverLocked(b, delivery{msg: m, qos: min(m.qos, w.qos), retain: true, subIDs: ids})
+			s.deliverLocked(b, delivery{msg: m, qos: min(m.qos, w.qos), retain: true, subIDs: ids}, fx)
 		})
 	}
 }
@@ -173,6 +185,76 @@ func (s *session) send(d delivery) {
 	s.conn.enqueueMsg(d, f.pid, false)
 }
 
+// sendStored puts a queued message of a persistent session in flight: the
+// packet identifier is recorded lazily for QoS 1 and durably, before the
+// message goes out, for QoS 2. The caller holds s.mu.
+func (s *session) sendStored(b *Broker, d delivery, fx *effects) *flight {
+	f := &flight{delivery: d, pid: s.freePID(), sent: time.Now()}
+	s.inflight = append(s.inflight, f)
+	if d.qos == 2 {
+		f.awaiting = fx
+		fx.release = append(fx.release, s)
+		return f
+	}
+	s.conn.enqueueMsg(d, f.pid, false)
+	return f
+}
+
+// deliverStored queues a QoS 1/2 delivery to a persistent session, in
+// storage as part of fx and in memory. The caller holds s.mu.
+func (s *session) deliverStored(b *Broker, d delivery, fx *effects) {
+	if !s.makeRoom(b, d.msg.size, fx) {
+		fx.refused = true
+		return
+	}
+	s.nextSeq++
+	d.seq = s.nextSeq
+	q := storage.Queued{Seq: d.seq, Msg: *storedMessage(d.msg)}
+	q.Msg.QoS, q.Msg.Retain = d.qos, d.retain
+	if s.conn != nil && len(s.pending) == 0 && len(s.inflight) < s.window() {
+		q.PID = s.sendStored(b, d, fx).pid
+	} else {
+		s.pending = append(s.pending, d)
+		s.pendingB += d.msg.size
+	}
+	fx.batch.Enqueue(s.id, &q)
+}
+
+// makeRoom applies the queue budgets to a new message of size bytes for a
+// persistent session: its own (broker.max_queued_bytes) and all sessions'
+// together (storage.max_queued_bytes). With drop_oldest it drops the
+// oldest waiting QoS 1 messages to fit; with refuse, or with nothing
+// droppable, it turns the new one away. The caller holds s.mu.
+func (s *session) makeRoom(b *Broker, size int, fx *effects) bool {
+	over := func() bool {
+		return s.pendingB+size > b.opts.MaxQueuedBytes ||
+			b.store.QueuedBytes()+int64(fx.batch.Bytes()+size) > b.opts.MaxStoredBytes
+	}
+	for over() {
+		i := -1
+		if b.opts.QueuePolicy != config.QueueRefuse {
+			for j, p := range s.pending {
+				if p.qos == 1 {
+					i = j
+					break
+				}
+			}
+		}
+		if i < 0 {
+			b.stats.refused.Add(1)
+			b.logDrop(s.id, "queue full: new message refused")
+			return false
+		}
+		old := s.pending[i]
+		s.pending = append(s.pending[:i], s.pending[i+1:]...)
+		s.pendingB -= old.msg.size
+		fx.batch.Dequeue(s.id, old.seq)
+		b.stats.dropped.Add(1)
+		b.logDrop(s.id, "queue full: oldest QoS 1 message dropped")
+	}
+	return true
+}
+
 // fill moves pending messages into the window while there is room,
 // dropping those that expired while they waited; the caller holds s.mu.
 func (s *session) fill() {
@@ -186,7 +268,7 @@ func (s *session) fill() {
 		}
 	}
 	for _, f := range s.inflight {
-		if f.held && active < s.window() {
+		if f.held && f.awaiting == nil && active < s.window() {
 			f.held = false
 			f.sent = time.Now()
 			s.resendFlight(f)
@@ -195,15 +277,33 @@ func (s *session) fill() {
 	}
 	now := time.Now().UnixNano()
 	n := 0
+	stored := s.persistent(s.b)
+	var fx *effects
 	for n < len(s.pending) && len(s.inflight) < s.window() {
 		d := s.pending[n]
 		s.pending[n] = delivery{}
 		s.pendingB -= d.msg.size
 		n++
-		if d.msg.expired(now) {
+		if !stored {
+			if !d.msg.expired(now) {
+				s.send(d)
+			}
 			continue
 		}
-		s.send(d)
+		if fx == nil {
+			fx = &effects{}
+		}
+		if d.msg.expired(now) {
+			fx.batch.Dequeue(s.id, d.seq)
+			continue
+		}
+		f := s.sendStored(s.b, d, fx)
+		fx.batch.SetInflight(s.id, d.seq, f.pid, false)
+	}
+	if fx != nil {
+		// Runs after s.mu is released by the caller's deferred unlock:
+		// the commit callback takes s.mu itself.
+		defer s.b.commitPromotions(fx)
 	}
 	if n > 0 {
 		s.pending = append(s.pending[:0], s.pending[n:]...)
@@ -229,11 +329,17 @@ func (s *session) ack(kind byte, pid uint16, failed bool) bool {
 			// A PUBREC with an error reason ends the exchange [MQTT-4.3.3-4].
 			kind == packets.Pubrec && f.qos == 2 && failed:
 			s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+			if f.seq != 0 {
+				s.b.lazy(func(bt *storage.Batch) { bt.Dequeue(s.id, f.seq) })
+			}
 			s.fill()
 			return true
 		case kind == packets.Pubrec && f.qos == 2:
 			f.rec = true
 			f.msg = nil // never sent again once PUBREL is [MQTT-4.3.3-6]
+			if f.seq != 0 {
+				s.b.lazy(func(bt *storage.Batch) { bt.SetInflight(s.id, f.seq, f.pid, true) })
+			}
 			return true
 		}
 		return false
@@ -249,6 +355,9 @@ func (s *session) discard(pid uint16) {
 	for i, f := range s.inflight {
 		if f.pid == pid {
 			s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+			if f.seq != 0 {
+				s.b.lazy(func(bt *storage.Batch) { bt.Dequeue(s.id, f.seq) })
+			}
 			s.fill()
 			return
 		}
@@ -266,7 +375,7 @@ func (s *session) resend() {
 		// A client that returns with a smaller receive maximum gets the
 		// rest as acknowledgements make room [MQTT-4.9.0-1].
 		f.held = i >= s.window()
-		if !f.held {
+		if !f.held && f.awaiting == nil {
 			s.resendFlight(f)
 		}
 	}

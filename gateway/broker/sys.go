@@ -41,7 +41,7 @@ func (b *Broker) publishSys(now time.Time) {
 		{"heap/current", strconv.FormatUint(heap, 10)},
 	} {
 		m := newMessage("$SYS/broker/"+kv.topic, []byte(kv.value), 0, true, nil, now)
-		b.publish(m, matcher.NoHandle)
+		b.publish(m, matcher.NoHandle, nil)
 	}
 }
 

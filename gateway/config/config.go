@@ -58,7 +58,20 @@ type Log struct {
 // Storage configures the state database.
 type Storage struct {
 	Path string `yaml:"path"` // the bbolt file holding sessions, retained messages and the outbox
+	// MaxQueuedBytes bounds the QoS 1/2 messages held for all persistent
+	// sessions together; broker.max_queued_bytes bounds each one.
+	MaxQueuedBytes int `yaml:"max_queued_bytes"`
+	// QueuePolicy is what happens to a session whose queue is full:
+	// drop_oldest makes room by dropping its oldest QoS 1 message;
+	// refuse turns the new message away (an MQTT 5 publisher gets 0x97).
+	QueuePolicy string `yaml:"queue_policy"`
 }
+
+// Queue policies for full session queues.
+const (
+	QueueDropOldest = "drop_oldest"
+	QueueRefuse     = "refuse"
+)
 
 // Broker configures the local MQTT broker.
 type Broker struct {
@@ -137,8 +150,17 @@ type Sensor struct {
 // It is the one place defaults are written down.
 func Default() *Config {
 	return &Config{
-		Log:     Log{Level: "info", Format: "text"},
-		Storage: Storage{Path: "/var/lib/fieldgate/state.db"},
+		Log: Log{Level: "info", Format: "text"},
+		Storage: Storage{
+			Path: "/var/lib/fieldgate/state.db",
+			// 64 MiB of queued messages is a day of a busy site's
+			// telemetry for a dashboard that is away, and a small share
+			// of a 512 MB board even if it all comes back into memory.
+			MaxQueuedBytes: 64 << 20,
+			// Dropping the oldest keeps the newest readings, which is what
+			// a telemetry consumer returning after an outage wants.
+			QueuePolicy: QueueDropOldest,
+		},
 		Broker: Broker{
 			// Off unless a config turns it on: a gateway on a plant network
 			// must not accept strangers by default.

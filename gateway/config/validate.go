@@ -148,6 +148,10 @@ func (c *Config) problems() []Problem {
 		k.fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
 	}
 
+	if n := c.Storage.MaxQueuedBytes; n < c.Broker.MaxQueuedBytes {
+		k.fail("storage.max_queued_bytes", "%d is smaller than broker.max_queued_bytes (%d), the budget of one session; use at least that, such as %d", n, c.Broker.MaxQueuedBytes, 64<<20)
+	}
+	k.oneOf("storage.queue_policy", c.Storage.QueuePolicy, QueueDropOldest, QueueRefuse)
 	k.broker(c.Broker)
 
 	names := map[string]string{}
