@@ -177,6 +177,21 @@ func (db *DB) Commit(b *Batch, done func(error)) {
 	db.submit(pending{b: b, done: done})
 }
 
+// After calls done once every batch committed before it has been applied
+// (or has failed), without a transaction of its own: it keeps a caller's
+// completions in order when some of its steps write nothing.
+func (db *DB) After(done func(error)) {
+	db.submit(pending{b: &Batch{}, done: done})
+}
+
+// Bytes returns the record bytes the batch writes.
+func (b *Batch) Bytes() int {
+	if b == nil {
+		return 0
+	}
+	return b.bytes
+}
+
 // CommitWait is Commit for a caller that waits for the result.
 func (db *DB) CommitWait(b *Batch) error {
 	ch := make(chan error, 1)
@@ -192,7 +207,7 @@ func (db *DB) CommitLazy(b *Batch) {
 	}
 	if err := b.validate(); err != nil {
 		db.stats.lazyLost.Add(1)
-		db.log.Error("state database refused a write", "path", db.path, "err", err)
+		db.logError("state database refused a write", err)
 		return
 	}
 	db.submit(pending{b: b})
@@ -203,7 +218,9 @@ func (db *DB) submit(p pending) {
 	if db.closed {
 		db.qmu.Unlock()
 		if p.done != nil {
-			p.done(ErrClosed)
+			// Never on the caller's goroutine: callers may hold locks
+			// their callbacks take.
+			go p.done(ErrClosed)
 		}
 		return
 	}
@@ -265,10 +282,16 @@ func (db *DB) flush() {
 	if len(batch) == 0 {
 		return
 	}
-	start := time.Now()
-	err := db.apply(batch)
-	took := time.Since(start)
-	db.noteCommit(len(batch), took, err)
+	ops := 0
+	for i := range batch {
+		ops += len(batch[i].b.ops)
+	}
+	var err error
+	if ops > 0 {
+		start := time.Now()
+		err = db.apply(batch)
+		db.noteCommit(len(batch), time.Since(start), err)
+	}
 	for i := range batch {
 		if batch[i].done != nil {
 			batch[i].done(err)

@@ -141,48 +141,52 @@ func openBolt(path string, timeout time.Duration) (*bolt.DB, error) {
 // pages through its memory map.
 const minFileSize = 4 * 4096
 
-func openBoltMode(path string, timeout time.Duration, readOnly bool) (db *bolt.DB, err error) {
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 && fi.Size() < minFileSize {
-		return nil, fmt.Errorf("storage: %s is damaged (truncated to %d bytes); move it aside to start with an empty state", path, fi.Size())
+func openBoltMode(path string, timeout time.Duration, readOnly bool) (*bolt.DB, error) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() == 0 {
+		return boltOpen(path, timeout, readOnly) // new: bbolt writes it
 	}
+	if fi.Size() < minFileSize {
+		return nil, damaged(path, fmt.Errorf("truncated to %d bytes", fi.Size()))
+	}
+	// A writable open reads the whole freelist at once, and everything
+	// after it trusts the page structure: verify that first, under
+	// bbolt's shared lock, so that no writer is halfway through a commit.
+	ro, err := boltOpen(path, timeout, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyFile(path, ro.Info().PageSize); err != nil {
+		ro.Close()
+		return nil, damaged(path, err)
+	}
+	if readOnly {
+		return ro, nil
+	}
+	ro.Close()
+	return boltOpen(path, timeout, false)
+}
+
+// boltOpen is bolt.Open with its panics and faults, and its errors, made
+// ours.
+func boltOpen(path string, timeout time.Duration, readOnly bool) (db *bolt.DB, err error) {
 	err = guard("open", func() (err error) {
 		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: readOnly})
 		return err
 	})
-	if errors.Is(err, ErrCorrupt) {
-		return nil, fmt.Errorf("storage: %s is damaged (%w); move it aside to start with an empty state, or check it with fieldgate db check", path, err)
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, ErrCorrupt):
+		return nil, damaged(path, err)
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("storage: %s is locked by another process (is another fieldgate running?)", path)
 	}
-	if err == nil {
-		if err = checkLength(db); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("storage: %s is damaged (%w); move it aside to start with an empty state", path, err)
-		}
-	}
-	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("storage: %s is locked by another process (is another fieldgate running?)", path)
-		}
-		return nil, fmt.Errorf("storage: open %s: %w; if the file is damaged, move it aside to start with an empty state", path, err)
-	}
-	return db, nil
+	return nil, fmt.Errorf("storage: open %s: %w; if the file is damaged, move it aside to start with an empty state", path, err)
 }
 
-// checkLength refuses a file shorter than its meta page says: bbolt
-// keeps the file at least that long, so a shorter one lost its tail, and
-// reading a page there would fault.
-func checkLength(bdb *bolt.DB) error {
-	fi, err := os.Stat(bdb.Path())
-	if err != nil {
-		return err
-	}
-	return guard("open", func() error {
-		return bdb.View(func(tx *bolt.Tx) error {
-			if fi.Size() < tx.Size() {
-				return fmt.Errorf("%w: truncated to %d bytes, its header says %d", ErrCorrupt, fi.Size(), tx.Size())
-			}
-			return nil
-		})
-	})
+func damaged(path string, err error) error {
+	return fmt.Errorf("storage: %s is damaged (%v); move it aside to start with an empty state, or check it with fieldgate db check", path, err)
 }
 
 // guard runs fn and turns a panic into an error wrapping ErrCorrupt. bbolt
@@ -334,9 +338,16 @@ func (db *DB) noteCommit(batches int, took time.Duration, err error) {
 		return
 	}
 	db.stats.failures.Add(1)
+	db.logError("state database write failed; refusing what cannot be stored until it works again", err)
+}
+
+// logError logs a write failure at most once a minute: a full disk, or a
+// client that keeps sending what cannot be stored, must not fill the
+// journal on the same SD card.
+func (db *DB) logError(msg string, err error) {
 	now := time.Now().Unix()
 	if last := db.errLog.Load(); now-last >= 60 && db.errLog.CompareAndSwap(last, now) {
-		db.log.Error("state database write failed; refusing what cannot be stored until it works again", "path", db.path, "err", err)
+		db.log.Error(msg, "path", db.path, "err", err)
 	}
 }
 
