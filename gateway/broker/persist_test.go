@@ -3,7 +3,10 @@ package broker
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -241,5 +244,141 @@ func TestPersistDropOldest(t *testing.T) {
 	}
 	if len(got) == 0 || len(got) >= 10 || got[len(got)-1] != "9" {
 		t.Fatalf("after overflow got %v; want the newest few, ending with 9", got)
+	}
+}
+
+// TestPersistSessionExpiresAcrossRestart: a session whose expiry runs out
+// while the broker is down (or after it restarts) is removed on time, and
+// its will, waiting for a longer delay, goes out when the session ends
+// [MQTT-3.1.3-9].
+func TestPersistSessionExpiresAcrossRestart(t *testing.T) {
+	sb := newStoredBroker(t, nil)
+	c, _ := connectRaw(t, sb.addr, 5, "mortal", true, func(pk *packets.Packet) {
+		v5SetExpiry(pk, 2)
+		pk.Connect.WillFlag = true
+		pk.Connect.WillTopic = "wills/mortal"
+		pk.Connect.WillPayload = []byte("gone")
+		pk.Connect.WillQos = 1
+		pk.Connect.WillProperties.WillDelayInterval = 100
+	})
+	c.close() // abnormal: the will waits for its delay or the session's end
+	v5WaitOffline(t, sb.tb.Broker, "mortal")
+
+	sb.restart()
+
+	w, _ := connectRaw(t, sb.addr, 5, "watcher", true, nil)
+	w.subscribe(1, packets.Subscription{Filter: "wills/#", Qos: 1})
+	pk, err := w.recv(6 * time.Second)
+	if err != nil || pk.FixedHeader.Type != packets.Publish || string(pk.Payload) != "gone" {
+		t.Fatalf("will at session expiry after a restart: %v %v", pk, err)
+	}
+	w.ackPublish(pk)
+	sb.tb.Broker.mu.Lock()
+	_, still := sb.tb.Broker.sessions["mortal"]
+	sb.tb.Broker.mu.Unlock()
+	if still {
+		t.Fatal("expired session still held")
+	}
+	sb.stop()
+	db, err := storage.OpenReadOnly(sb.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.Load(func(st *storage.SessionState) error {
+		if st.ClientID == "mortal" {
+			t.Errorf("expired session still in the state file")
+		}
+		return nil
+	})
+}
+
+// TestPersistDiskFull: with the state file on a full file system, QoS 1
+// publishes that must be stored are refused with 0x97 (MQTT 5) while QoS 0
+// traffic goes on, and storing works again once there is room, without a
+// restart.
+func TestPersistDiskFull(t *testing.T) {
+	const why = "needs root to mount a size-limited tmpfs"
+	if os.Geteuid() != 0 {
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("%s: mount: %v: %s", why, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 512<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sb := &storedBroker{t: t, path: filepath.Join(dir, "state.db"), edit: func(o *Options) { o.MaxPacketSize = 64 << 10 }}
+	sb.start()
+	t.Cleanup(sb.stop)
+
+	live, _ := connectRaw(t, sb.addr, 5, "live", true, nil)
+	live.subscribe(1, packets.Subscription{Filter: "live/#", Qos: 0})
+	pub, _ := connectRaw(t, sb.addr, 5, "filler", true, nil)
+	big := string(make([]byte, 32<<10))
+	full := false
+	for i := 1; i <= 200 && !full; i++ {
+		pub.send(rawPublish(fmt.Sprintf("keep/%d", i), big, 1, true, uint16(i)))
+		ack := pub.expect(packets.Puback)
+		switch ack.ReasonCode {
+		case 0:
+		case rcQuotaExceeded:
+			full = true
+		default:
+			t.Fatalf("PUBACK 0x%02X while filling", ack.ReasonCode)
+		}
+	}
+	if !full {
+		t.Fatal("200 × 32 KiB retained messages fit a 2 MiB file system")
+	}
+	// QoS 0 without durable effects still flows.
+	pub.send(rawPublish("live/x", "still here", 0, false, 0))
+	live.expectPublish("live/x", "still here", 0)
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	pub.send(rawPublish("keep/after", "room again", 1, true, 500))
+	if ack := pub.expect(packets.Puback); ack.ReasonCode != 0 {
+		t.Fatalf("after freeing space: PUBACK 0x%02X, want 0", ack.ReasonCode)
+	}
+	sb.restart()
+	fresh, _ := connectRaw(t, sb.addr, 5, "fresh", true, nil)
+	fresh.subscribe(1, packets.Subscription{Filter: "keep/after", Qos: 1})
+	fresh.ackPublish(fresh.expectPublish("keep/after", "room again", 1))
+}
+
+// TestRetainedHeapPerMessage: retained messages live in the state file, so
+// the broker's heap does not grow with their payloads. The figure is
+// logged; the bound is a tenth of the payload size.
+func TestRetainedHeapPerMessage(t *testing.T) {
+	sb := newStoredBroker(t, nil)
+	pub := localConnect(t, sb.tb.Broker, "retainer")
+	payload := make([]byte, 512)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	const n = 5000
+	before := heap()
+	for i := range n {
+		if err := pub.Publish(context.Background(), fmt.Sprintf("site/dev-%04d/state", i), payload, 1, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := heap()
+	per := (int64(after) - int64(before)) / n
+	t.Logf("heap per retained message: %d B (payload %d B, %d messages)", per, len(payload), n)
+	if per > int64(len(payload))/10 {
+		t.Fatalf("heap grew %d B per retained message of %d B: payloads are being held in memory", per, len(payload))
+	}
+	if got := sb.db.RetainedCount(); got != n {
+		t.Fatalf("%d retained messages stored, want %d", got, n)
 	}
 }
