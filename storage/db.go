@@ -83,7 +83,8 @@ type counters struct {
 
 // Open opens (creating if needed) the state file at path, migrates an
 // older schema, and starts the committer. The directory is created with
-// mode 0750 when missing.
+// mode 0750 when missing. A file whose page structure is damaged is
+// refused with an error that says so, before bbolt reads it.
 func Open(path string, opts Options) (*DB, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

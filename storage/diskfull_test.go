@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,13 +119,7 @@ func TestDiskFull(t *testing.T) {
 	}
 
 	// Delete all but a few, and make room if even that does not fit.
-	topics := slices.Sorted(func(yield func(string) bool) {
-		for k := range stored {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	topics := slices.Sorted(maps.Keys(stored))
 	var del Batch
 	for _, topic := range topics[3:] {
 		del.DeleteRetained(topic)

@@ -64,6 +64,7 @@ type verifier struct {
 	hwm  uint64 // pages in use: the meta's high water mark
 	seen map[uint64]bool
 	free map[uint64]bool
+	bufs [maxNestDepth + 1][]byte // one page buffer per nesting depth
 }
 
 func (v *verifier) run() error {
@@ -108,8 +109,10 @@ func (v *verifier) meta() (root, freelist uint64, err error) {
 	return native.Uint64(best[16:]), native.Uint64(best[32:]), nil
 }
 
-// page reads page id with its overflow pages, once.
-func (v *verifier) page(id uint64, what string) ([]byte, error) {
+// page reads page id with its overflow pages, once, into the buffer of
+// depth: a tree is done with one page before it reads the next, and the
+// trees nested in it use the next depth's.
+func (v *verifier) page(id uint64, what string, depth int) ([]byte, error) {
 	if id < 2 || id >= v.hwm {
 		return nil, fmt.Errorf("%s names page %d, outside 2 to %d", what, id, v.hwm-1)
 	}
@@ -133,7 +136,12 @@ func (v *verifier) page(id uint64, what string) ([]byte, error) {
 		}
 		v.seen[id+i] = true
 	}
-	b := make([]byte, n*v.ps)
+	b := v.bufs[depth]
+	if uint64(cap(b)) < n*v.ps {
+		b = make([]byte, n*v.ps)
+		v.bufs[depth] = b
+	}
+	b = b[:n*v.ps]
 	if _, err := v.r.ReadAt(b, int64(id*v.ps)); err != nil {
 		return nil, fmt.Errorf("page %d: %w", id, err)
 	}
@@ -141,7 +149,7 @@ func (v *verifier) page(id uint64, what string) ([]byte, error) {
 }
 
 func (v *verifier) freelist(id uint64) error {
-	p, err := v.page(id, "the meta page's freelist")
+	p, err := v.page(id, "the meta page's freelist", 0)
 	if err != nil {
 		return err
 	}
@@ -174,7 +182,7 @@ func (v *verifier) tree(root uint64, depth int) error {
 	for len(stack) > 0 {
 		id := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		p, err := v.page(id, "the tree")
+		p, err := v.page(id, "the tree", depth)
 		if err != nil {
 			return err
 		}
