@@ -21,9 +21,11 @@ RELEASE := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(STAMP)"
 
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME ?= 30s
+# Kill cycles of `make soak`; `make test` runs the crash test with its default of 10.
+SOAK_KILLS ?= 100
 
 .PHONY: build cross run lint test test-unit test-fuzz test-bench-module \
-	bench bench-matcher fuzz fuzz-broker qemu-check tools staticcheck system-packages clean help
+	bench bench-matcher fuzz fuzz-broker soak qemu-check tools staticcheck system-packages clean help
 
 ## help: this list
 help:
@@ -102,6 +104,11 @@ bench-matcher:
 bench-broker:
 	cd scripts/bench && ./bench-broker.sh
 
+## bench-storage: persisted QoS 1 publishing against mochi-mqtt + bolt and Mosquitto (scripts/bench; QUICK=1: a smoke run)
+.PHONY: bench-storage
+bench-storage:
+	cd scripts/bench && ./bench-storage.sh
+
 ## fuzz: the matcher fuzz target for FUZZTIME (default 30s)
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzIndex -fuzztime=$(FUZZTIME) ./matcher
@@ -109,6 +116,10 @@ fuzz:
 ## fuzz-broker: raw bytes into the broker's connection reader for FUZZTIME
 fuzz-broker:
 	$(GO) test -run='^$$' -fuzz=FuzzConnReader -fuzztime=$(FUZZTIME) ./gateway/broker
+
+## soak: the crash test with SOAK_KILLS (default 100) SIGKILLs of the gateway under QoS 1 and 2 load
+soak:
+	FIELDGATE_CRASH_KILLS=$(SOAK_KILLS) $(GO) test -count=1 -timeout 60m -run Crash -v ./gateway/crashtest
 
 ## qemu-check: run the release binaries under user-mode emulation
 # qemu-*-static runs a foreign binary without a sysroot, which also proves the

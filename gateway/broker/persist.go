@@ -20,11 +20,14 @@ import (
 //   - SUBSCRIBE/UNSUBSCRIBE of a persistent session: committed before
 //     SUBACK/UNSUBACK.
 //   - PUBREL: the identifier's removal, committed before PUBCOMP.
+//   - A subscriber's PUBREC of a queued QoS 2 message: committed before
+//     PUBREL, so that a restart resends PUBREL, never the PUBLISH.
 //   - Acknowledgements from subscribers, packet identifiers of messages
 //     sent from the queue, session records at disconnect: lazily. Losing
 //     one of these to a crash can only repeat a QoS 1 delivery, which QoS 1
 //     allows; QoS 2 messages are sent only once their identifier is on
-//     disk, so exactly once holds across a crash.
+//     disk, and PUBREL only once their PUBREC is, so exactly once holds
+//     across a crash.
 
 // storedMessage is m as storage keeps it.
 func storedMessage(m *message) *storage.Message {

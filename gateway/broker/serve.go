@@ -80,7 +80,8 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 			return err
 		}
 		failed := pk.ReasonCode >= 0x80
-		if !c.s.ack(fh.Type, pk.PacketID, failed) {
+		fx := &effects{}
+		if !c.s.ack(fh.Type, pk.PacketID, failed, fx) {
 			// An ack for nothing we sent: harmless after a takeover or
 			// a discard, so it is ignored rather than fatal.
 			if fh.Type == packets.Pubrec {
@@ -91,7 +92,11 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 			return nil
 		}
 		if fh.Type == packets.Pubrec && !failed {
-			c.enqueueControl(pubrelPacket(pk.PacketID, c.v5)) // [MQTT-4.3.3-4]
+			// After the PUBREC is on disk. Should the commit fail, PUBREL
+			// goes all the same: the flight is past PUBREC in memory, and
+			// holding PUBREL back would only stall the client.
+			pid := pk.PacketID
+			c.ackAfter(fx, func(error) []byte { return pubrelPacket(pid, c.v5) }) // [MQTT-4.3.3-4]
 		}
 		return nil
 	case packets.Pubrel:

@@ -306,8 +306,12 @@ func (s *session) fill() {
 		defer s.b.commitPromotions(fx)
 	}
 	if n > 0 {
-		s.pending = append(s.pending[:0], s.pending[n:]...)
-		if len(s.pending) == 0 && cap(s.pending) > 64 {
+		// Slice forward rather than copy the rest down: draining a long
+		// queue one acknowledgement at a time must not cost its length
+		// each time. The taken slots were cleared above, and the array is
+		// dropped when append next grows it or the queue empties.
+		s.pending = s.pending[n:]
+		if len(s.pending) == 0 {
 			s.pending = nil
 		}
 	}
@@ -315,8 +319,10 @@ func (s *session) fill() {
 
 // ack completes the flight with packet identifier pid at the given stage:
 // PUBACK ends a QoS 1 flight, PUBREC moves a QoS 2 flight to waiting for
-// PUBCOMP, PUBCOMP ends it. It reports whether a flight matched.
-func (s *session) ack(kind byte, pid uint16, failed bool) bool {
+// PUBCOMP, PUBCOMP ends it. It reports whether a flight matched. A stored
+// flight's move to waiting for PUBCOMP goes into fx, which the caller
+// commits before it sends PUBREL.
+func (s *session) ack(kind byte, pid uint16, failed bool, fx *effects) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, f := range s.inflight {
@@ -338,7 +344,11 @@ func (s *session) ack(kind byte, pid uint16, failed bool) bool {
 			f.rec = true
 			f.msg = nil // never sent again once PUBREL is [MQTT-4.3.3-6]
 			if f.seq != 0 {
-				s.b.lazy(func(bt *storage.Batch) { bt.SetInflight(s.id, f.seq, f.pid, true) })
+				// Durable before PUBREL: a client that has PUBREL may
+				// complete and forget the identifier, and a restart that
+				// found the flight without its PUBREC would send the
+				// PUBLISH again, to be delivered twice.
+				fx.batch.SetInflight(s.id, f.seq, f.pid, true)
 			}
 			return true
 		}

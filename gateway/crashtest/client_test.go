@@ -1,0 +1,219 @@
+package crashtest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// client is a minimal MQTT 5 client on one TCP connection. The test keeps
+// its own session state (packet identifiers, QoS 2 stages) outside it, as a
+// device's firmware would, so that it survives the connection: a client
+// library would hide the DUP flag and the identifiers, and could not be
+// trusted to resend exactly what the protocol asks after a broker restart.
+// mochi's codec encodes and decodes the packets.
+type client struct {
+	id  string
+	nc  net.Conn
+	r   *bufio.Reader
+	wmu sync.Mutex // one writer at a time: a reader goroutine answers too
+}
+
+// ioTimeout bounds every write and every wait for an answer that must
+// come: long for loopback, so that only a broker that is gone or stuck
+// reaches it.
+const ioTimeout = 10 * time.Second
+
+// sessionExpiry is what persistent clients ask for, in seconds: a day,
+// far longer than any run.
+const sessionExpiry = 24 * 60 * 60
+
+// errRefused is a CONNACK, SUBACK or acknowledgement with a failure code.
+var errRefused = errors.New("refused by the broker")
+
+// dial connects and sends CONNECT. clean is Clean Start; expiry is the
+// Session Expiry Interval in seconds (0: the session ends with the
+// connection); receiveMax 0 leaves the Receive Maximum at the broker's
+// choice. It returns the CONNACK's Session Present flag.
+func dial(addr, id string, clean bool, expiry uint32, receiveMax uint16) (*client, bool, error) {
+	nc, err := net.DialTimeout("tcp", addr, ioTimeout)
+	if err != nil {
+		return nil, false, err
+	}
+	c := &client{id: id, nc: nc, r: bufio.NewReaderSize(nc, 16<<10)}
+	pk := &packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
+		ProtocolVersion: 5,
+		Connect: packets.ConnectParams{
+			ProtocolName:     []byte("MQTT"),
+			ClientIdentifier: id,
+			Clean:            clean,
+			Keepalive:        60,
+		},
+	}
+	if expiry > 0 {
+		pk.Properties.SessionExpiryInterval = expiry
+		pk.Properties.SessionExpiryIntervalFlag = true
+	}
+	pk.Properties.ReceiveMaximum = receiveMax
+	if err := c.write(pk); err != nil {
+		c.close()
+		return nil, false, err
+	}
+	ack, err := c.read(ioTimeout)
+	if err != nil {
+		c.close()
+		return nil, false, fmt.Errorf("%s: waiting for CONNACK: %w", id, err)
+	}
+	if ack.FixedHeader.Type != packets.Connack {
+		c.close()
+		return nil, false, fmt.Errorf("%s: %s instead of CONNACK", id, packetName(ack))
+	}
+	if ack.ReasonCode != 0 {
+		c.close()
+		return nil, false, fmt.Errorf("%s: CONNACK 0x%02x %q: %w", id, ack.ReasonCode, ack.Properties.ReasonString, errRefused)
+	}
+	return c, ack.SessionPresent, nil
+}
+
+func (c *client) close() { _ = c.nc.Close() }
+
+// encoders are the packets the client sends, decoders those it reads.
+var (
+	encoders = map[byte]func(*packets.Packet, *bytes.Buffer) error{
+		packets.Connect:    (*packets.Packet).ConnectEncode,
+		packets.Publish:    (*packets.Packet).PublishEncode,
+		packets.Puback:     (*packets.Packet).PubackEncode,
+		packets.Pubrec:     (*packets.Packet).PubrecEncode,
+		packets.Pubrel:     (*packets.Packet).PubrelEncode,
+		packets.Pubcomp:    (*packets.Packet).PubcompEncode,
+		packets.Subscribe:  (*packets.Packet).SubscribeEncode,
+		packets.Disconnect: (*packets.Packet).DisconnectEncode,
+	}
+	decoders = map[byte]func(*packets.Packet, []byte) error{
+		packets.Connack:    (*packets.Packet).ConnackDecode,
+		packets.Publish:    (*packets.Packet).PublishDecode,
+		packets.Puback:     (*packets.Packet).PubackDecode,
+		packets.Pubrec:     (*packets.Packet).PubrecDecode,
+		packets.Pubrel:     (*packets.Packet).PubrelDecode,
+		packets.Pubcomp:    (*packets.Packet).PubcompDecode,
+		packets.Suback:     (*packets.Packet).SubackDecode,
+		packets.Disconnect: (*packets.Packet).DisconnectDecode,
+		packets.Pingresp:   (*packets.Packet).PingrespDecode,
+	}
+)
+
+// write encodes pk and sends it.
+func (c *client) write(pk *packets.Packet) error {
+	pk.ProtocolVersion = 5
+	encode, ok := encoders[pk.FixedHeader.Type]
+	if !ok {
+		return fmt.Errorf("the test client does not send %s", packetName(pk))
+	}
+	if t := pk.FixedHeader.Type; t == packets.Pubrel || t == packets.Subscribe {
+		pk.FixedHeader.Qos = 1 // the flags these must carry [MQTT-3.6.1-1] [MQTT-3.8.1-1]
+	}
+	var buf bytes.Buffer
+	if err := encode(pk, &buf); err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(ioTimeout))
+	_, err := c.nc.Write(buf.Bytes())
+	return err
+}
+
+// read returns the next packet, waiting at most wait for it to start
+// arriving. Only one goroutine reads.
+func (c *client) read(wait time.Duration) (*packets.Packet, error) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(wait))
+	hb, err := c.r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	// The rest of a packet that has started comes at loopback speed.
+	_ = c.nc.SetReadDeadline(time.Now().Add(ioTimeout))
+	n, _, err := packets.DecodeLength(c.r)
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return nil, err
+	}
+	pk := &packets.Packet{ProtocolVersion: 5}
+	if err := pk.FixedHeader.Decode(hb); err != nil {
+		return nil, fmt.Errorf("malformed header 0x%02x from the broker: %w", hb, err)
+	}
+	pk.FixedHeader.Remaining = n
+	decode, ok := decoders[pk.FixedHeader.Type]
+	if !ok {
+		return nil, fmt.Errorf("unexpected %s from the broker", packetName(pk))
+	}
+	if err := decode(pk, body); err != nil {
+		return nil, fmt.Errorf("malformed %s from the broker: %w", packetName(pk), err)
+	}
+	return pk, nil
+}
+
+// publish sends a PUBLISH; dup marks a resend [MQTT-3.3.1-1].
+func (c *client) publish(topic, payload string, qos byte, pid uint16, dup bool) error {
+	return c.write(&packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Dup: dup},
+		TopicName:   topic,
+		Payload:     []byte(payload),
+		PacketID:    pid,
+	})
+}
+
+// ack sends a PUBACK, PUBREC, PUBREL or PUBCOMP with reason code 0.
+func (c *client) ack(kind byte, pid uint16) error {
+	return c.write(&packets.Packet{FixedHeader: packets.FixedHeader{Type: kind}, PacketID: pid})
+}
+
+// subscribe subscribes to one filter and waits for the SUBACK, which must
+// grant qos.
+func (c *client) subscribe(filter string, qos byte) error {
+	err := c.write(&packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe},
+		PacketID:    1,
+		Filters:     packets.Subscriptions{{Filter: filter, Qos: qos}},
+	})
+	if err != nil {
+		return err
+	}
+	for {
+		pk, err := c.read(ioTimeout)
+		if err != nil {
+			return fmt.Errorf("%s: waiting for SUBACK: %w", c.id, err)
+		}
+		if pk.FixedHeader.Type != packets.Suback {
+			continue // a message for an earlier subscription
+		}
+		if len(pk.ReasonCodes) != 1 || pk.ReasonCodes[0] != qos {
+			return fmt.Errorf("%s: SUBACK % x for %s at QoS %d: %w", c.id, pk.ReasonCodes, filter, qos, errRefused)
+		}
+		return nil
+	}
+}
+
+// disconnect ends the connection normally, keeping the session.
+func (c *client) disconnect() {
+	_ = c.write(&packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}})
+	c.close()
+}
+
+func packetName(pk *packets.Packet) string {
+	if n, ok := packets.PacketNames[pk.FixedHeader.Type]; ok {
+		return n
+	}
+	return fmt.Sprintf("packet type %d", pk.FixedHeader.Type)
+}

@@ -1,0 +1,250 @@
+package crashtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds on the gateway process, so that a test never hangs on it.
+const (
+	// buildTimeout covers a cold build cache on a slow board.
+	buildTimeout = 5 * time.Minute
+	// readyTimeout is how long a start may take to accept a CONNECT: it
+	// restores every queued message from the state file first, which grows
+	// over a soak run.
+	readyTimeout = 60 * time.Second
+	// exitTimeout is how long a killed or stopped process may take to be
+	// reaped.
+	exitTimeout = 15 * time.Second
+	// tailLines is how much of the gateway's log a failure prints.
+	tailLines = 60
+)
+
+// configureProc sets process attributes the platform offers; on Linux the
+// gateway is killed with the test binary, should that die first.
+var configureProc = func(*exec.Cmd) {}
+
+// buildGateway builds cmd/fieldgate into dir and returns the binary's
+// path. The binary is not race-instrumented: it is the program under test,
+// not the test.
+func buildGateway(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "fieldgate")
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fieldgate/fieldgate/cmd/fieldgate")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build of the gateway: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// gateway is one fieldgate process at a time on a fixed state file and
+// port: started, killed, started again.
+type gateway struct {
+	t       *testing.T
+	bin     string
+	dir     string
+	cfgPath string
+	dbPath  string
+	addr    string
+	log     *tail
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has been reaped
+	starts int
+}
+
+// newGateway writes a configuration with a state file in a fresh
+// directory and a free loopback port. The process is killed when the test
+// ends, and the tail of its log printed if the test failed.
+func newGateway(t *testing.T, bin string) *gateway {
+	t.Helper()
+	dir := t.TempDir()
+	g := &gateway{
+		t: t, bin: bin, dir: dir,
+		cfgPath: filepath.Join(dir, "fieldgate.yaml"),
+		dbPath:  filepath.Join(dir, "state.db"),
+		addr:    freeAddr(t),
+		log:     &tail{max: 256 << 10},
+	}
+	// The budgets are far above what a run queues, and a full queue
+	// refuses rather than drops: the test counts on every acknowledged
+	// message staying queued until its subscriber takes it.
+	cfg := fmt.Sprintf(`log:
+  level: info
+storage:
+  path: %q
+  max_queued_bytes: %d
+  queue_policy: refuse
+broker:
+  allow_anonymous: true
+  max_queued_bytes: %d
+  sys_interval: 0s
+listeners:
+  - name: crash
+    type: tcp
+    address: %q
+ops:
+  address: ""
+sensors: []
+`, g.dbPath, 1<<30, 1<<30, g.addr)
+	if err := os.WriteFile(g.cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.kill()
+		if t.Failed() {
+			t.Logf("last %d lines of the gateway's log:\n%s", tailLines, g.log.lines(tailLines))
+		}
+	})
+	return g
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// start runs the gateway and returns once it has answered a CONNECT.
+func (g *gateway) start() {
+	g.t.Helper()
+	if g.cmd != nil {
+		g.t.Fatal("gateway started twice")
+	}
+	g.starts++
+	fmt.Fprintf(g.log, "=== start %d\n", g.starts)
+	cmd := exec.Command(g.bin, "run", "-config", g.cfgPath)
+	cmd.Stdout, cmd.Stderr = g.log, g.log
+	configureProc(cmd)
+	if err := cmd.Start(); err != nil {
+		g.t.Fatalf("starting the gateway: %v", err)
+	}
+	g.cmd, g.exited = cmd, make(chan struct{})
+	exited := g.exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		c, _, err := dial(g.addr, "crashtest-probe", true, 0, 0)
+		if err == nil {
+			c.disconnect()
+			return
+		}
+		select {
+		case <-exited:
+			g.t.Fatalf("the gateway exited at start %d: %v", g.starts, cmd.ProcessState)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("the gateway did not accept a CONNECT within %s of start %d: %v", readyTimeout, g.starts, err)
+		}
+	}
+}
+
+// kill sends SIGKILL, as a power cut or the OOM killer would end it, and
+// waits for the process to be gone. It does nothing when none runs.
+func (g *gateway) kill() {
+	if g.cmd == nil {
+		return
+	}
+	_ = g.cmd.Process.Kill()
+	g.reap("killed")
+}
+
+// stop asks the gateway to shut down with SIGTERM and fails the test
+// unless it exits cleanly.
+func (g *gateway) stop() {
+	g.t.Helper()
+	if g.cmd == nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	state := g.reap("stopped")
+	if state == nil || !state.Success() {
+		g.t.Errorf("the gateway did not stop cleanly on SIGTERM: %v", state)
+	}
+}
+
+func (g *gateway) reap(how string) *os.ProcessState {
+	cmd := g.cmd
+	g.cmd = nil
+	select {
+	case <-g.exited:
+	case <-time.After(exitTimeout):
+		_ = cmd.Process.Kill()
+		g.t.Errorf("the gateway was not gone %s after being %s", exitTimeout, how)
+		return nil
+	}
+	fmt.Fprintf(g.log, "=== %s: %v\n", how, cmd.ProcessState)
+	return cmd.ProcessState
+}
+
+// checkState runs `fieldgate db check` on the state file of a stopped
+// gateway: whatever the kills interrupted, the file must verify.
+func (g *gateway) checkState() {
+	g.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, g.bin, "db", "check", "-path", g.dbPath).CombinedOutput()
+	if err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			g.t.Fatalf("fieldgate db check: %v", err)
+		}
+		g.t.Errorf("fieldgate db check on the state file after %d starts: %v\n%s", g.starts, err, out)
+	}
+}
+
+// tail keeps the last max bytes written to it; the gateway's stdout and
+// stderr across all its starts go here.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if len(w.buf) > 2*w.max {
+		w.buf = append(w.buf[:0], w.buf[len(w.buf)-w.max:]...)
+	}
+	return len(p), nil
+}
+
+// lines returns the last n lines.
+func (w *tail) lines(n int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := bytes.TrimRight(w.buf, "\n")
+	i := len(b)
+	for ; n > 0 && i > 0; n-- {
+		i = bytes.LastIndexByte(b[:i], '\n')
+		if i < 0 {
+			i = 0
+		}
+	}
+	return strings.TrimLeft(string(b[i:]), "\n")
+}
