@@ -2,7 +2,7 @@
 // measurements of several brokers side by side (see package brokerbench).
 //
 //	brokerload run -broker NAME -addr HOST:PORT [-pid PID] [-scenarios LIST] [flags]
-//	brokerload summary [-o FILE] RAW...
+//	brokerload summary [-storage] [-o FILE] RAW...
 //
 // run prints one Go benchmark line per scenario on standard output and
 // progress on standard error. It exits 0 when every scenario ran, 1 when
@@ -10,7 +10,8 @@
 // CONNACK in time, after printing a "# skip NAME: ..." line.
 //
 // summary reads the raw output of runs and prints a Markdown summary:
-// medians, ratios against fieldgate and the targets it must meet.
+// medians, ratios against fieldgate and the targets it must meet; with
+// -storage, that of the persistence scenarios (bench-storage.sh).
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -49,7 +51,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintln(stderr, "usage: brokerload run -broker NAME -addr HOST:PORT [-pid PID] [flags]")
-	fmt.Fprintln(stderr, "       brokerload summary [-o FILE] RAW...")
+	fmt.Fprintln(stderr, "       brokerload summary [-storage] [-o FILE] RAW...")
 	return exitUsage
 }
 
@@ -60,7 +62,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Broker, "broker", "", "broker `name` in result lines (required)")
 	fs.StringVar(&cfg.Addr, "addr", "", "`host:port` of the broker's MQTT listener (required)")
 	fs.IntVar(&cfg.PID, "pid", 0, "the broker's process `id`, for the memory scenarios")
-	scenarios := fs.String("scenarios", "all", "comma-separated scenario groups ("+strings.Join(brokerbench.Groups, ", ")+") or names")
+	scenarios := fs.String("scenarios", "all", "comma-separated scenario groups ("+strings.Join(brokerbench.Groups, ", ")+
+		", and "+brokerbench.PersistGroup+", which only runs when named) or names")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "load before measuring")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured interval of the throughput scenarios")
 	fs.DurationVar(&cfg.LatencyDuration, "latency-duration", 0, "measured interval of the latency scenarios (default -duration)")
@@ -77,6 +80,22 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "memory: wait after connecting before reading the figures")
 	probe := fs.Duration("probe", 5*time.Second, "how long to wait for the broker's first CONNACK")
 	pause := fs.Duration("pause", 250*time.Millisecond, "idle time between scenarios, for the broker to drain")
+	pc := brokerbench.DefaultPersistConfig()
+	fs.Func("persist-pubs", "persist: comma-separated publisher `counts`, one scenario each (default 1,10,100)", func(v string) error {
+		pc.Publishers = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%q is not a positive count", f)
+			}
+			pc.Publishers = append(pc.Publishers, n)
+		}
+		return nil
+	})
+	fs.IntVar(&pc.Subscribers, "persist-subs", pc.Subscribers, "persist: offline persistent sessions every message is queued for")
+	fs.IntVar(&pc.Window, "persist-window", pc.Window, "persist: QoS 1 messages a publisher has waiting for PUBACK")
+	fs.StringVar(&pc.SyncLog, "sync-log", "", "persist: the broker's strace -f -ttt log of sync calls, for fsync figures")
+	fs.DurationVar(&pc.Drain, "drain", pc.Drain, "persist: longest read-back of one session's queue after measuring; 0 skips it")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -85,7 +104,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	selected, err := brokerbench.Select(brokerbench.Scenarios(&cfg), *scenarios)
+	all := brokerbench.Scenarios(&cfg)
+	if *scenarios != "all" && *scenarios != "" {
+		all = append(all, brokerbench.PersistScenarios(pc)...)
+	}
+	selected, err := brokerbench.Select(all, *scenarios)
 	if err != nil {
 		fmt.Fprintln(stderr, "brokerload run:", err)
 		return exitUsage
@@ -165,11 +188,12 @@ func cmdSummary(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("brokerload summary", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "also write the summary to this `file`")
+	storage := fs.Bool("storage", false, "summarize the persistence scenarios (bench-storage.sh)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: brokerload summary [-o FILE] RAW...")
+		fmt.Fprintln(stderr, "usage: brokerload summary [-storage] [-o FILE] RAW...")
 		return exitUsage
 	}
 	s := brokerbench.NewSummary()
@@ -180,7 +204,11 @@ func cmdSummary(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	var md strings.Builder
-	if err := s.WriteMarkdown(&md); err != nil {
+	write := s.WriteMarkdown
+	if *storage {
+		write = s.WriteStorageMarkdown
+	}
+	if err := write(&md); err != nil {
 		fmt.Fprintln(stderr, "brokerload summary:", err)
 		return exitFail
 	}

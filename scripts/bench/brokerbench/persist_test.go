@@ -1,0 +1,252 @@
+package brokerbench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCountSyncs(t *testing.T) {
+	from := time.Unix(1795981582, 100_000_000)
+	to := from.Add(time.Second)
+	for _, tc := range []struct {
+		name string
+		log  string
+		want int
+	}{
+		{
+			name: "one thread, no thread ids",
+			log: `1795981582.053570 fdatasync(3)    = 0
+1795981582.157836 fdatasync(3)    = 0
+1795981582.325308 fsync(3)        = 0
+1795981583.100000 fdatasync(3)    = 0
+`,
+			want: 2, // the first starts before from, the last at to
+		},
+		{
+			name: "threads interleaved",
+			log: `28710 1795981582.200000 fdatasync(7 <unfinished ...>
+28711 1795981582.200100 fsync(8)        = 0
+28710 1795981582.300000 <... fdatasync resumed>) = 0
+28712 1795981582.400000 sync_file_range(9, 0, 4096, SYNC_FILE_RANGE_WRITE) = 0
+28712 1795981582.500000 syncfs(9)       = 0
+`,
+			want: 4,
+		},
+		{
+			name: "other lines",
+			log: `28710 1795981582.200000 +++ exited with 0 +++
+28710 1795981582.200000 --- SIGCHLD {si_signo=SIGCHLD} ---
+28710 1795981582.200000 fsyncx(3)       = 0
+28710 1795981582.200000 write(3, "fsync(", 6) = 6
+
+`,
+			want: 0,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := countSyncs(strings.NewReader(tc.log), from, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("countSyncs = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseStraceTime(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    time.Time
+		wantErr bool
+	}{
+		{in: "1795981582.053570", want: time.Unix(1795981582, 53_570_000)},
+		{in: "1795981582.5", want: time.Unix(1795981582, 500_000_000)},
+		{in: "1795981582", want: time.Unix(1795981582, 0)},
+		{in: "x.1", wantErr: true},
+		{in: "1.x", wantErr: true},
+	} {
+		got, err := parseStraceTime(tc.in)
+		if (err != nil) != tc.wantErr || !got.Equal(tc.want) {
+			t.Errorf("parseStraceTime(%q) = %v, %v; want %v, error %t", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// TestPersistScenario runs a scaled-down persistence scenario against
+// mochi in this process (which keeps offline sessions in memory) and checks
+// that it reports its figures and reads the whole queue back.
+func TestPersistScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a broker for a few seconds")
+	}
+	cfg := DefaultConfig()
+	cfg.Broker, cfg.Addr, cfg.PID = "mochi", startMochi(t), os.Getpid()
+	// mochi keeps at most 8,192 messages for an offline session: a short
+	// run with one message in flight stays well below that.
+	cfg.Warmup, cfg.Duration = 10*time.Millisecond, 100*time.Millisecond
+	syncLog := filepath.Join(t.TempDir(), "sync.log")
+	if err := os.WriteFile(syncLog, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		pc      PersistConfig
+		scen    string
+		units   []string
+		noUnits []string
+	}{
+		{
+			name:    "read back",
+			pc:      PersistConfig{Publishers: []int{1}, Subscribers: 2, Window: 1, Drain: 10 * time.Second},
+			scen:    "persist-qos1-1x2",
+			units:   []string{"acks/s", "disk-B/msg", "disk-KiB/s", "stored-%", "replay-msgs/s"},
+			noUnits: []string{"fsyncs/s"},
+		},
+		{
+			name:    "traced",
+			pc:      PersistConfig{Publishers: []int{1}, Subscribers: 1, Window: 4, SyncLog: syncLog},
+			scen:    "persist-qos1-1x1-traced",
+			units:   []string{"acks/s", "fsyncs/s", "fsyncs/msg"},
+			noUnits: []string{"stored-%"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ss := PersistScenarios(tc.pc)
+			if len(ss) != 1 || ss[0].Name != tc.scen || ss[0].Group != PersistGroup {
+				t.Fatalf("PersistScenarios = %+v, want one named %s", ss, tc.scen)
+			}
+			res, err := ss[0].Run(context.Background(), &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Notes) > 0 {
+				t.Errorf("notes: %q", res.Notes)
+			}
+			units := map[string]float64{}
+			for _, m := range res.Metrics {
+				units[m.Unit] = m.Value
+			}
+			for _, u := range tc.units {
+				if _, ok := units[u]; !ok {
+					t.Errorf("no %s in %+v", u, res.Metrics)
+				}
+			}
+			for _, u := range tc.noUnits {
+				if _, ok := units[u]; ok {
+					t.Errorf("%s in %+v", u, res.Metrics)
+				}
+			}
+			if v := units["acks/s"]; v <= 0 {
+				t.Errorf("acks/s = %v", v)
+			}
+			if v, ok := units["stored-%"]; ok && v != 100 {
+				t.Errorf("stored-%% = %v", v)
+			}
+			if v, ok := units["fsyncs/s"]; ok && v != 0 {
+				t.Errorf("fsyncs/s = %v from an empty log", v)
+			}
+		})
+	}
+}
+
+func TestDrainLostSession(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Addr = startMochi(t)
+	_, _, _, err := drain(context.Background(), &cfg, "never-connected", time.Second)
+	if err == nil || !strings.Contains(err.Error(), "no session present") {
+		t.Errorf("drain = %v, want ErrSessionLost", err)
+	}
+}
+
+const rawStorage = `cpu: AMD EPYC
+cores: 2
+goos: linux
+goarch: amd64
+strace: strace 6.1
+disk: /tmp (ext4 on /dev/vda)
+BenchmarkBroker/mochi/persist-qos1-100x3 1 400 acks/s 180000 disk-B/msg 70000 disk-KiB/s 100 stored-% 900 replay-msgs/s
+BenchmarkBroker/mochi/persist-qos1-100x3-traced 1 300 acks/s 3000 fsyncs/s 10 fsyncs/msg
+BenchmarkBroker/mosquitto/persist-qos1-100x3 1 80000 acks/s 0 disk-B/msg 0 disk-KiB/s 100 stored-% 250000 replay-msgs/s
+BenchmarkBroker/mosquitto/persist-qos1-100x3-traced 1 78000 acks/s 0 fsyncs/s 0 fsyncs/msg
+`
+
+func TestStorageSummary(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  string
+		want []string
+	}{
+		{
+			name: "targets met",
+			raw: rawStorage + `BenchmarkBroker/fieldgate/persist-qos1-100x3 1 100000 acks/s 1000 disk-B/msg 97000 disk-KiB/s 100 stored-% 300000 replay-msgs/s
+BenchmarkBroker/fieldgate/persist-qos1-100x3-traced 1 90000 acks/s 540 fsyncs/s 0.006 fsyncs/msg
+`,
+			want: []string{
+				"- State files: /tmp (ext4 on /dev/vda)",
+				"| PUBACKs/s ≥ 5× mochi + bolt at 100 publishers | ✓ lowest 250.0× (persist-qos1-100x3) |",
+				"| fsyncs per message ≤ 1/10 at 100 publishers | ✓ persist-qos1-100x3 0.006 per message (one per 167 messages) |",
+				"| `persist-qos1-100x3` | 100,000 | 400 | 80,000 | 250.0× | 1.25× |",
+				"| | fsyncs per message (strace) | 0.006 | 10 | 0.0 |",
+				"| | PUBACKs/s (strace) | 90,000 | 300 | 78,000 |",
+				"| `persist-qos1-100x3` | disk bytes per message | 1,000 | 180,000 | 0.0 |",
+			},
+		},
+		{
+			name: "targets missed",
+			raw: rawStorage + `BenchmarkBroker/fieldgate/persist-qos1-100x3 1 1600 acks/s
+BenchmarkBroker/fieldgate/persist-qos1-100x3-traced 1 1500 acks/s 600 fsyncs/s 0.4 fsyncs/msg
+`,
+			want: []string{
+				"| PUBACKs/s ≥ 5× mochi + bolt at 100 publishers | **✗ persist-qos1-100x3 4.00×** |",
+				"| fsyncs per message ≤ 1/10 at 100 publishers | **✗ persist-qos1-100x3 0.4 per message (one per 2.50 messages)** |",
+				"| | disk KiB/s | n/a | 70,000 | 0.0 |",
+			},
+		},
+		{
+			name: "no strace, fewer publishers",
+			raw: strings.ReplaceAll(rawStorage, "100x3", "10x3") + `BenchmarkBroker/fieldgate/persist-qos1-10x3 1 40000 acks/s
+`,
+			want: []string{
+				"| PUBACKs/s ≥ 5× mochi + bolt at 10 publishers (the most measured; the target is for 100) | ✓ lowest 100.0× (persist-qos1-10x3) |",
+				"| fsyncs per message ≤ 1/10 at 10 publishers (the most measured; the target is for 100) | not measured: no run under strace (strace 6.1) |",
+				"| | fsyncs/s (strace) | – | 3,000 | 0.0 |",
+			},
+		},
+		{
+			name: "fieldgate skipped",
+			raw:  "# skip fieldgate: make build failed\n" + rawStorage,
+			want: []string{
+				"| PUBACKs/s ≥ 5× mochi + bolt at 100 publishers | not measured: fieldgate skipped (make build failed) |",
+				"| fsyncs per message ≤ 1/10 at 100 publishers | not measured: fieldgate skipped (make build failed) |",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSummary()
+			if err := s.Read("results/storage-amd64.txt", strings.NewReader(tc.raw)); err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			if err := s.WriteStorageMarkdown(&b); err != nil {
+				t.Fatal(err)
+			}
+			md := b.String()
+			flat := strings.ReplaceAll(md, "|  |", "| |")
+			for _, w := range tc.want {
+				if !strings.Contains(flat, w) {
+					t.Errorf("summary lacks %q:\n%s", w, md)
+				}
+			}
+			if strings.Contains(md, "-traced`") {
+				t.Errorf("a traced run has a row of its own:\n%s", md)
+			}
+		})
+	}
+}
