@@ -38,10 +38,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")"
-here=$(pwd)
-root=$(cd ../.. && pwd)
-results="$here/results"
-mkdir -p "$results"
+. ./lib.sh
 
 if [ "${QUICK:-0}" = 1 ]; then
 	COUNT=${COUNT:-1} DURATION=${DURATION:-2s} WARMUP=${WARMUP:-0.25s}
@@ -63,39 +60,13 @@ SETTLE=${SETTLE:-2s}
 BROKERS=${BROKERS:-"fieldgate mochi mosquitto"}
 SCENARIOS=${SCENARIOS:-"throughput latency idle subs"}
 PORT=${PORT:-18830}
-arch=$(go env GOHOSTARCH)
 # A smoke run keeps its results apart, so as not to replace a full run's.
-name=broker
-if [ "${QUICK:-0}" = 1 ]; then name=broker-quick; fi
-raw="$results/$name-$arch.txt"
-summary="$results/$name-summary.md"
+result_files broker
 
-# Two runs at once would share the ports, the cores and the result files.
-lock="${TMPDIR:-/tmp}/fieldgate-bench-broker.lock"
-exec 9>"$lock"
-if ! flock -n 9; then
-	echo "waiting for another bench-broker.sh run to finish ($lock)" >&2
-	flock 9
-fi
+take_bench_lock "waiting for another bench-broker.sh run to finish"
 
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		if kill -0 "$pid" 2>/dev/null; then
-			kill -KILL "$pid" 2>/dev/null || true
-			wait "$pid" 2>/dev/null || true
-		fi
-	done
-	if [ "${KEEP_LOGS:-0}" = 1 ]; then
-		echo "broker logs and configs kept in $tmp" >&2
-	else
-		rm -rf "$tmp"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+kill_on_exit "broker logs and configs"
 
 # Each idle connection is a socket in the broker and one in the generator.
 if ! ulimit -n 65536 2>/dev/null; then
@@ -103,71 +74,19 @@ if ! ulimit -n 65536 2>/dev/null; then
 	echo "note: open-file limit is $(ulimit -n) (raising it to 65536 is not permitted here)" >&2
 fi
 
-echo "== building"
-load="$tmp/brokerload"
-go build -o "$load" ./cmd/brokerload
-go build -o "$tmp/mochiserver" ./cmd/mochiserver
+build_tools
+assign_ports "$PORT"
+build_fieldgate
+find_mosquitto
 
-declare -A skip=() # broker -> why it cannot run at all
-declare -A port=([fieldgate]=$((PORT + 1)) [mochi]=$((PORT + 2)) [mosquitto]=$((PORT + 3)))
-
-fieldgate_version=unknown
-if [[ " $BROKERS " == *" fieldgate "* ]]; then
-	if out=$(make -C "$root" --no-print-directory build 2>&1); then
-		fieldgate_version=$("$root/bin/fieldgate" version 2>/dev/null | paste -sd' ' - || true)
-	else
-		echo "$out" >&2
-		skip[fieldgate]="make build failed: $(grep -m1 -E 'error|\.go:[0-9]+' <<<"$out" || echo "$out" | tail -1)"
-	fi
-fi
-
-mosquitto_bin=
-mosquitto_version=unknown
-if [[ " $BROKERS " == *" mosquitto "* ]]; then
-	mosquitto_bin=$(PATH="$PATH:/usr/sbin:/usr/local/sbin" command -v mosquitto || true)
-	if [ -z "$mosquitto_bin" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-		echo "== installing mosquitto"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get install -y mosquitto >/dev/null || { apt-get update >/dev/null && apt-get install -y mosquitto >/dev/null; } || true
-		mosquitto_bin=$(PATH="$PATH:/usr/sbin:/usr/local/sbin" command -v mosquitto || true)
-		# The package starts a service on port 1883 where an init system
-		# runs; it would take CPU from the broker under test.
-		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-			systemctl stop mosquitto 2>/dev/null || true
-		fi
-	fi
-	if [ -z "$mosquitto_bin" ]; then
-		skip[mosquitto]="not installed (sudo apt-get install -y mosquitto)"
-	else
-		mosquitto_version=$({ "$mosquitto_bin" -h 2>/dev/null || true; } | sed -n "s/^mosquitto version //p" | head -1)
-		deb=$(dpkg-query -W -f '${Version}' mosquitto 2>/dev/null || true)
-		mosquitto_version="${mosquitto_version:-unknown}${deb:+ (Debian package $deb)}"
-	fi
-fi
-
-cpu=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
-mochi=$(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2)
 settings="COUNT=$COUNT DURATION=$DURATION LATENCY_DURATION=$LATENCY_DURATION WARMUP=$WARMUP CONNS=$CONNS SUBS=$SUBS over $SUBCONNS connections, FANOUT=$FANOUT, RATE=$RATE/s, PAYLOAD=$PAYLOAD B"
 {
-	echo "cpu: ${cpu:-unknown}"
-	echo "cores: $(nproc)"
-	echo "goos: $(go env GOHOSTOS)"
-	echo "goarch: $arch"
-	echo "go: $(go env GOVERSION)"
+	describe_machine
 	echo "fieldgate: $fieldgate_version"
-	echo "mochi: $mochi"
+	echo "mochi: $(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2)"
 	echo "mosquitto: $mosquitto_version"
-	echo "settings: $settings"
-	echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-	# Anything else running shares the cores with broker and generator.
-	echo "loadavg-start: $(cut -d' ' -f1-3 /proc/loadavg)"
-	for b in $BROKERS; do
-		if [ -n "${skip[$b]:-}" ]; then echo "# skip $b: ${skip[$b]}"; fi
-	done
+	describe_run "$settings"
 } | tee "$raw"
-
-# port_busy PORT: whether something already listens on 127.0.0.1:PORT.
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 starts=0
 # start_broker NAME: starts NAME on its port, setting bpid and blog.
@@ -234,9 +153,6 @@ stop_broker() {
 	wait "$pid" 2>/dev/null || true
 }
 
-# log_tail FILE: the last lines of a broker log, as comments.
-log_tail() { tail -n 5 "$1" 2>/dev/null | sed 's/^/#     /'; }
-
 # Throughput and latency share a broker start; each memory scenario gets a
 # fresh one.
 groups=()
@@ -253,18 +169,13 @@ if [ ${#groups[@]} -eq 0 ]; then
 	exit 2
 fi
 
-status=0
 start=$SECONDS
 for rep in $(seq "$COUNT"); do
 	for b in $BROKERS; do
 		for g in "${groups[@]}"; do
 			[ -n "${skip[$b]:-}" ] && continue
 			echo "== run $rep/$COUNT: $b: $g" >&2
-			if port_busy "${port[$b]}"; then
-				skip[$b]="port ${port[$b]} is already in use by another process"
-				echo "# skip $b: ${skip[$b]}" | tee -a "$raw"
-				continue
-			fi
+			if port_taken "$b"; then continue; fi
 			start_broker "$b"
 			set +e
 			"$load" run -broker "$b" -addr "127.0.0.1:${port[$b]}" -pid "$bpid" -scenarios "$g" \
@@ -275,28 +186,12 @@ for rep in $(seq "$COUNT"); do
 			set -e
 			if ! kill -0 "$bpid" 2>/dev/null; then
 				wait "$bpid" 2>/dev/null && code=0 || code=$?
-				echo "# warn $b/$g: the broker exited (status $code) during the run; its log ends:" | tee -a "$raw"
-				log_tail "$blog" | tee -a "$raw"
+				broker_exited "$b/$g" " (status $code)" "$blog"
 			fi
 			stop_broker "$bpid"
-			case $rc in
-			0) ;;
-			3)
-				# The "# skip" line is in the raw output; later runs would only repeat it.
-				skip[$b]="no CONNACK"
-				echo "   $b did not answer; its log ends:" >&2
-				log_tail "$blog" >&2
-				;;
-			*) status=1 ;;
-			esac
+			check_load "$b" "$rc" "$blog"
 		done
 	done
 done
-echo "loadavg-end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$raw"
-echo "== runs took $((SECONDS - start))s; raw output: ${raw#"$here/"}" >&2
-
-echo
-"$load" summary -o "$summary" "${raw#"$here/"}"
-echo
-echo "summary written to ${summary#"$here/"}"
+summarize "$start"
 exit $status

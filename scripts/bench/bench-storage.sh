@@ -49,10 +49,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")"
-here=$(pwd)
-root=$(cd ../.. && pwd)
-results="$here/results"
-mkdir -p "$results"
+. ./lib.sh
 
 if [ "${QUICK:-0}" = 1 ]; then
 	COUNT=${COUNT:-1} DURATION=${DURATION:-1s} WARMUP=${WARMUP:-0.25s} DRAIN=${DRAIN:-3s}
@@ -68,87 +65,20 @@ DRAIN=${DRAIN:-30s}
 BROKERS=${BROKERS:-"fieldgate mochi mosquitto"}
 STATE_DIR=${STATE_DIR:-${TMPDIR:-/tmp}}
 PORT=${PORT:-18840}
-arch=$(go env GOHOSTARCH)
-name=storage
-if [ "${QUICK:-0}" = 1 ]; then name=storage-quick; fi
-raw="$results/$name-$arch.txt"
-summary="$results/$name-summary.md"
+result_files storage
 
 # The broker benchmark shares the cores (and a run of this one the disk):
 # one at a time.
-lock="${TMPDIR:-/tmp}/fieldgate-bench-broker.lock"
-exec 9>"$lock"
-if ! flock -n 9; then
-	echo "waiting for another broker benchmark to finish ($lock)" >&2
-	flock 9
-fi
+take_bench_lock "waiting for another broker benchmark to finish"
 
 mkdir -p "$STATE_DIR"
 tmp=$(mktemp -d -p "$STATE_DIR" fieldgate-bench-storage.XXXXXX)
-pids=()
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		if kill -0 "$pid" 2>/dev/null; then
-			kill -KILL "$pid" 2>/dev/null || true
-			wait "$pid" 2>/dev/null || true
-		fi
-	done
-	if [ "${KEEP_LOGS:-0}" = 1 ]; then
-		echo "broker logs, configs and state kept in $tmp" >&2
-	else
-		rm -rf "$tmp"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+kill_on_exit "broker logs, configs and state"
 
-echo "== building"
-load="$tmp/brokerload"
-go build -o "$load" ./cmd/brokerload
-go build -o "$tmp/mochiserver" ./cmd/mochiserver
-
-declare -A skip=() # broker -> why it cannot run at all
-declare -A port=([fieldgate]=$((PORT + 1)) [mochi]=$((PORT + 2)) [mosquitto]=$((PORT + 3)))
-
-# apt_install PACKAGE: installs a Debian package when running as root.
-apt_install() {
-	[ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null || return 1
-	echo "== installing $1"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y "$1" >/dev/null || { apt-get update >/dev/null && apt-get install -y "$1" >/dev/null; }
-}
-
-fieldgate_version=unknown
-if [[ " $BROKERS " == *" fieldgate "* ]]; then
-	if out=$(make -C "$root" --no-print-directory build 2>&1); then
-		fieldgate_version=$("$root/bin/fieldgate" version 2>/dev/null | paste -sd' ' - || true)
-	else
-		echo "$out" >&2
-		skip[fieldgate]="make build failed: $(grep -m1 -E 'error|\.go:[0-9]+' <<<"$out" || echo "$out" | tail -1)"
-	fi
-fi
-
-mosquitto_bin=
-mosquitto_version=unknown
-if [[ " $BROKERS " == *" mosquitto "* ]]; then
-	mosquitto_bin=$(PATH="$PATH:/usr/sbin:/usr/local/sbin" command -v mosquitto || true)
-	if [ -z "$mosquitto_bin" ] && apt_install mosquitto; then
-		mosquitto_bin=$(PATH="$PATH:/usr/sbin:/usr/local/sbin" command -v mosquitto || true)
-		# The package starts a service where an init system runs; it
-		# would take CPU, and disk, from the broker under test.
-		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-			systemctl stop mosquitto 2>/dev/null || true
-		fi
-	fi
-	if [ -z "$mosquitto_bin" ]; then
-		skip[mosquitto]="not installed (sudo apt-get install -y mosquitto)"
-	else
-		mosquitto_version=$({ "$mosquitto_bin" -h 2>/dev/null || true; } | sed -n "s/^mosquitto version //p" | head -1)
-		deb=$(dpkg-query -W -f '${Version}' mosquitto 2>/dev/null || true)
-		mosquitto_version="${mosquitto_version:-unknown}${deb:+ (Debian package $deb)}"
-	fi
-fi
+build_tools
+assign_ports "$PORT"
+build_fieldgate
+find_mosquitto
 
 # strace logs the sync calls; --seccomp-bpf keeps it off every other call.
 sync_calls=fsync,fdatasync,sync_file_range,syncfs
@@ -177,32 +107,17 @@ if [ "$fstype" = tmpfs ] || [ "$fstype" = ramfs ]; then
 	disk+=" (in memory: fsync costs nothing)"
 fi
 
-cpu=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
-mochi=$(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2)
-bbolt=$(go list -m -f '{{.Version}}' go.etcd.io/bbolt)
 settings="COUNT=$COUNT DURATION=$DURATION WARMUP=$WARMUP PUBS=\"$PUBS\" SUBS=$SUBS WINDOW=$WINDOW PAYLOAD=$PAYLOAD B DRAIN=$DRAIN"
 {
-	echo "cpu: ${cpu:-unknown}"
-	echo "cores: $(nproc)"
-	echo "goos: $(go env GOHOSTOS)"
-	echo "goarch: $arch"
-	echo "go: $(go env GOVERSION)"
+	describe_machine
 	echo "fieldgate: $fieldgate_version"
-	echo "mochi: $mochi"
-	echo "bbolt: $bbolt (for fieldgate and mochi's hook alike: Go's module selection takes the newer of their requirements)"
+	echo "mochi: $(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2)"
+	echo "bbolt: $(go list -m -f '{{.Version}}' go.etcd.io/bbolt) (for fieldgate and mochi's hook alike: Go's module selection takes the newer of their requirements)"
 	echo "mosquitto: $mosquitto_version"
 	echo "disk: $disk"
 	echo "strace: $strace_note"
-	echo "settings: $settings"
-	echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-	echo "loadavg-start: $(cut -d' ' -f1-3 /proc/loadavg)"
-	for b in $BROKERS; do
-		if [ -n "${skip[$b]:-}" ]; then echo "# skip $b: ${skip[$b]}"; fi
-	done
+	describe_run "$settings"
 } | tee "$raw"
-
-# port_busy PORT: whether something already listens on 127.0.0.1:PORT.
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # start_broker NAME DIR TRACED: starts NAME on its port with its state in
 # DIR, under strace when TRACED is 1, setting bpid (the broker), tpid (what
@@ -305,12 +220,8 @@ stop_broker() {
 	done
 }
 
-# log_tail FILE: the last lines of a broker log, as comments.
-log_tail() { tail -n 5 "$1" 2>/dev/null | sed 's/^/#     /'; }
-
 passes=(0)
 if [ "$tracing" = 1 ]; then passes+=(1); fi
-status=0
 start=$SECONDS
 runs=0
 for rep in $(seq "$COUNT"); do
@@ -321,11 +232,7 @@ for rep in $(seq "$COUNT"); do
 				scenario="persist-qos1-${n}x$SUBS"
 				if [ "$traced" = 1 ]; then scenario+="-traced"; fi
 				echo "== run $rep/$COUNT: $b: $scenario" >&2
-				if port_busy "${port[$b]}"; then
-					skip[$b]="port ${port[$b]} is already in use by another process"
-					echo "# skip $b: ${skip[$b]}" | tee -a "$raw"
-					continue
-				fi
+				if port_taken "$b"; then continue; fi
 				runs=$((runs + 1))
 				dir="$tmp/$b-$runs"
 				mkdir -p "$dir"
@@ -341,19 +248,10 @@ for rep in $(seq "$COUNT"); do
 				rc=${PIPESTATUS[0]}
 				set -e
 				if ! kill -0 "$bpid" 2>/dev/null; then
-					echo "# warn $b/$scenario: the broker exited during the run; its log ends:" | tee -a "$raw"
-					log_tail "$blog" | tee -a "$raw"
+					broker_exited "$b/$scenario" "" "$blog"
 				fi
 				stop_broker "${port[$b]}"
-				case $rc in
-				0) ;;
-				3)
-					skip[$b]="no CONNACK"
-					echo "   $b did not answer; its log ends:" >&2
-					log_tail "$blog" >&2
-					;;
-				*) status=1 ;;
-				esac
+				check_load "$b" "$rc" "$blog"
 				# State files of a fast broker run to hundreds of MB; what of
 				# them is still dirty must not be written during the next run.
 				if [ "${KEEP_LOGS:-0}" != 1 ]; then rm -rf "$dir"; fi
@@ -362,11 +260,5 @@ for rep in $(seq "$COUNT"); do
 		done
 	done
 done
-echo "loadavg-end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$raw"
-echo "== runs took $((SECONDS - start))s; raw output: ${raw#"$here/"}" >&2
-
-echo
-"$load" summary -storage -o "$summary" "${raw#"$here/"}"
-echo
-echo "summary written to ${summary#"$here/"}"
+summarize "$start" -storage
 exit $status

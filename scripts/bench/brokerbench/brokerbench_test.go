@@ -122,18 +122,7 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Notes) > 0 {
-				t.Errorf("notes: %q", res.Notes)
-			}
-			units := map[string]float64{}
-			for _, m := range res.Metrics {
-				units[m.Unit] = m.Value
-			}
-			for _, u := range want[s.Group] {
-				if _, ok := units[u]; !ok {
-					t.Errorf("no %s in %+v", u, res.Metrics)
-				}
-			}
+			units := checkUnits(t, res, want[s.Group], nil)
 			if v, ok := units["msgs/s"]; ok && v <= 0 {
 				t.Errorf("msgs/s = %v", v)
 			}
@@ -171,6 +160,30 @@ func TestSelect(t *testing.T) {
 			t.Errorf("Select(%q) = %q, want %q", tc.list, names(got), tc.want)
 		}
 	}
+}
+
+// checkUnits reports every unit of want that res lacks and every unit of
+// wantNot that it has, and returns res's figures by unit.
+func checkUnits(t *testing.T, res Result, want, wantNot []string) map[string]float64 {
+	t.Helper()
+	if len(res.Notes) > 0 {
+		t.Errorf("notes: %q", res.Notes)
+	}
+	units := map[string]float64{}
+	for _, m := range res.Metrics {
+		units[m.Unit] = m.Value
+	}
+	for _, u := range want {
+		if _, ok := units[u]; !ok {
+			t.Errorf("no %s in %+v", u, res.Metrics)
+		}
+	}
+	for _, u := range wantNot {
+		if _, ok := units[u]; ok {
+			t.Errorf("%s in %+v", u, res.Metrics)
+		}
+	}
+	return units
 }
 
 func names(ss []Scenario) []string {

@@ -61,16 +61,22 @@ type Options struct {
 	WriteBuffer int           // bytes; 0 means 4 KiB
 	SendBuffer  int           // the socket's send buffer in bytes; 0 leaves it to the kernel
 	Timeout     time.Duration // for the TCP dial, CONNACK and SUBACK; 0 means 5 s
+	// Persistent asks for clean session 0, so that the broker keeps the
+	// session, its subscriptions and the messages for it after the
+	// connection closes [MQTT-3.1.2-4]. Such a connection closes normally
+	// rather than with a reset, so that its DISCONNECT is not discarded.
+	Persistent bool
 }
 
-// Conn is one MQTT 3.1.1 client connection with a clean session. One
-// goroutine reads (Read, Subscribe, or a loop started by the scenario);
+// Conn is one MQTT 3.1.1 client connection, with a clean session unless
+// Options.Persistent asked otherwise. One goroutine reads (Read, Subscribe, or a loop started by the scenario);
 // any goroutine may write.
 type Conn struct {
 	nc      net.Conn
 	r       *bufio.Reader
 	rbuf    []byte // the body of the last packet read; Read's results alias it
 	timeout time.Duration
+	present bool // CONNACK's session present flag
 
 	mu     sync.Mutex // guards w, enc and nextID
 	w      *bufio.Writer
@@ -91,7 +97,9 @@ func Dial(ctx context.Context, addr string, o Options) (*Conn, error) {
 		// Close with a reset rather than leave TIME_WAIT behind: a full run
 		// opens tens of thousands of connections, which would exhaust the
 		// ephemeral ports between repetitions.
-		_ = tc.SetLinger(0)
+		if !o.Persistent {
+			_ = tc.SetLinger(0)
+		}
 		if o.SendBuffer > 0 {
 			_ = tc.SetWriteBuffer(o.SendBuffer)
 		}
@@ -107,7 +115,7 @@ func Dial(ctx context.Context, addr string, o Options) (*Conn, error) {
 		ProtocolVersion: mqtt311,
 		Connect: packets.ConnectParams{
 			ProtocolName:     []byte("MQTT"),
-			Clean:            true,
+			Clean:            !o.Persistent,
 			Keepalive:        uint16(o.Keepalive / time.Second),
 			ClientIdentifier: o.ClientID,
 		},
@@ -131,8 +139,14 @@ func Dial(ctx context.Context, addr string, o Options) (*Conn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %s answered CONNACK return code %d", ErrRefused, addr, ack.ReasonCode)
 	}
+	c.present = ack.SessionPresent
 	return c, nil
 }
+
+// SessionPresent reports CONNACK's session present flag: whether the
+// broker had a session for the client ID already [MQTT-3.2.2-2]. It is
+// always false for a clean session.
+func (c *Conn) SessionPresent() bool { return c.present }
 
 // deadline is the earlier of the connection's timeout from now and ctx's deadline.
 func (c *Conn) deadline(ctx context.Context) time.Time {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -156,7 +155,7 @@ func (p persist) run(ctx context.Context, cfg *Config) (Result, error) {
 	var quiet atomic.Bool
 	if err := f.publishers(p.pubs, benchTopic, 1, c.Payload, func(i int, o *outbox) {
 		outboxes[i].Store(o)
-		f.floodUntil(o, &sent[i], &quiet)
+		f.flood(o, &sent[i], &quiet)
 	}); err != nil {
 		return res, err
 	}
@@ -239,27 +238,6 @@ func (p persist) run(ctx context.Context, cfg *Config) (Result, error) {
 	return res, nil
 }
 
-// floodUntil is flood that also stops when quiet is set, sending what it
-// buffered so that every PUBLISH written gets its PUBACK.
-func (f *fleet) floodUntil(o *outbox, sent *counter, quiet *atomic.Bool) {
-	for !quiet.Load() && !f.stopping.Load() {
-		ok, err := o.claim(f.ctx)
-		if err == nil && ok {
-			err = o.c.write(o.p.b, false)
-		}
-		if err != nil {
-			f.fail(err)
-		}
-		if err != nil || !ok {
-			return
-		}
-		sent.n.Add(1)
-	}
-	if err := o.c.flush(); err != nil {
-		f.fail(err)
-	}
-}
-
 // awaitAcks waits until no outbox has a PUBLISH awaiting PUBACK, at most
 // limit, and reports whether none has.
 func awaitAcks(ctx context.Context, outboxes []atomic.Pointer[outbox], limit time.Duration) bool {
@@ -280,53 +258,19 @@ func awaitAcks(ctx context.Context, outboxes []atomic.Pointer[outbox], limit tim
 	}
 }
 
-// dialSession connects as clientID with clean session 0, so that the broker
-// keeps the session, its subscriptions and the messages for it after the
-// connection closes [MQTT-3.1.2-4]; Dial always asks for a clean session.
-// It reports CONNACK's session present flag: whether the broker had a
-// session for clientID already [MQTT-3.2.2-2].
+// dialSession connects as clientID with a persistent session (clean
+// session 0) and reports whether the broker had one for it already.
 func dialSession(ctx context.Context, cfg *Config, clientID string) (*Conn, bool, error) {
-	const timeout = 5 * time.Second
-	d := net.Dialer{Timeout: timeout}
-	nc, err := d.DialContext(ctx, "tcp", cfg.Addr)
+	c, err := Dial(ctx, cfg.Addr, Options{
+		ClientID:   clientID,
+		Keepalive:  cfg.Keepalive,
+		ReadBuffer: subscriber.buf,
+		Persistent: true,
+	})
 	if err != nil {
-		return nil, false, fmt.Errorf("brokerbench: %w", err)
-	}
-	c := &Conn{
-		nc:      nc,
-		r:       bufio.NewReaderSize(nc, subscriber.buf),
-		w:       bufio.NewWriterSize(nc, 4<<10),
-		timeout: timeout,
-	}
-	connect := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: mqtt311,
-		Connect: packets.ConnectParams{
-			ProtocolName:     []byte("MQTT"),
-			Keepalive:        uint16(cfg.Keepalive / time.Second),
-			ClientIdentifier: clientID,
-		},
-	}
-	var ack packets.Packet
-	err = c.send(&connect, (*packets.Packet).ConnectEncode)
-	if err == nil {
-		_ = nc.SetReadDeadline(c.deadline(ctx))
-		err = c.Read(&ack)
-		_ = nc.SetReadDeadline(time.Time{})
-	}
-	switch {
-	case err != nil:
-		err = fmt.Errorf("brokerbench: %s: CONNECT of %s: %w", cfg.Addr, clientID, err)
-	case ack.FixedHeader.Type != packets.Connack:
-		err = fmt.Errorf("%w: packet type %d instead of CONNACK from %s", ErrUnexpected, ack.FixedHeader.Type, cfg.Addr)
-	case ack.ReasonCode != 0:
-		err = fmt.Errorf("%w: %s answered CONNACK return code %d", ErrRefused, cfg.Addr, ack.ReasonCode)
-	}
-	if err != nil {
-		nc.Close()
 		return nil, false, err
 	}
-	return c, ack.SessionPresent, nil
+	return c, c.SessionPresent(), nil
 }
 
 // leaveSession creates the persistent session clientID subscribed to

@@ -126,23 +126,7 @@ func TestPersistScenario(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Notes) > 0 {
-				t.Errorf("notes: %q", res.Notes)
-			}
-			units := map[string]float64{}
-			for _, m := range res.Metrics {
-				units[m.Unit] = m.Value
-			}
-			for _, u := range tc.units {
-				if _, ok := units[u]; !ok {
-					t.Errorf("no %s in %+v", u, res.Metrics)
-				}
-			}
-			for _, u := range tc.noUnits {
-				if _, ok := units[u]; ok {
-					t.Errorf("%s in %+v", u, res.Metrics)
-				}
-			}
+			units := checkUnits(t, res, tc.units, tc.noUnits)
 			if v := units["acks/s"]; v <= 0 {
 				t.Errorf("acks/s = %v", v)
 			}
@@ -229,21 +213,7 @@ BenchmarkBroker/fieldgate/persist-qos1-100x3-traced 1 1500 acks/s 600 fsyncs/s 0
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewSummary()
-			if err := s.Read("results/storage-amd64.txt", strings.NewReader(tc.raw)); err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			if err := s.WriteStorageMarkdown(&b); err != nil {
-				t.Fatal(err)
-			}
-			md := b.String()
-			flat := strings.ReplaceAll(md, "|  |", "| |")
-			for _, w := range tc.want {
-				if !strings.Contains(flat, w) {
-					t.Errorf("summary lacks %q:\n%s", w, md)
-				}
-			}
+			md := checkSummary(t, "results/storage-amd64.txt", tc.raw, (*Summary).WriteStorageMarkdown, tc.want, nil)
 			if strings.Contains(md, "-traced`") {
 				t.Errorf("a traced run has a row of its own:\n%s", md)
 			}

@@ -86,33 +86,16 @@ func (s *Summary) WriteStorageMarkdown(w io.Writer) error {
 
 func (s *Summary) storageHeader(b *strings.Builder) {
 	m := s.meta
-	fmt.Fprintln(b, "# Persisted QoS 1 publishing: fieldgate vs mochi-mqtt + bolt vs Mosquitto")
-	fmt.Fprintln(b)
-	machine := orUnknown(m["cpu"])
-	if m["cores"] != "" {
-		machine += ", " + m["cores"] + " cores"
-	}
-	if m["goos"] != "" {
-		machine += ", " + m["goos"] + "/" + m["goarch"]
-	}
-	fmt.Fprintf(b, "- Machine: %s. The brokers and the load generator share it, one broker at a time, each started afresh on a new state file for every scenario.\n", machine)
-	fmt.Fprintf(b, "- State files: %s\n", orUnknown(m["disk"]))
-	fmt.Fprintf(b, "- Go: %s\n", orUnknown(m["go"]))
-	fmt.Fprintf(b, "- fieldgate: %s, its `storage` package (bbolt, group commit)\n", orUnknown(m["fieldgate"]))
-	fmt.Fprintf(b, "- mochi-mqtt: %s, its full `Server` with the bolt storage hook (`hooks/storage/bolt`, default options) on bbolt %s\n",
-		orUnknown(m["mochi"]), orUnknown(m["bbolt"]))
-	fmt.Fprintf(b, "- Mosquitto: %s, `persistence true`, `autosave_interval` left at its default, `max_queued_messages 0`\n", orUnknown(m["mosquitto"]))
-	fmt.Fprintf(b, "- fsync counts: %s\n", orUnknown(m["strace"]))
-	if m["settings"] != "" {
-		fmt.Fprintf(b, "- Settings: %s\n", m["settings"])
-	}
-	if m["loadavg-start"] != "" {
-		fmt.Fprintf(b, "- Load average (1, 5, 15 min) at start: %s; at end: %s. Other work on the machine skews the figures.\n",
-			m["loadavg-start"], orUnknown(m["loadavg-end"]))
-	}
-	if len(s.Files) > 0 {
-		fmt.Fprintf(b, "- Raw output: `%s`. Every figure is the median of its runs.\n", strings.Join(s.Files, "`, `"))
-	}
+	s.writeHeader(b, "Persisted QoS 1 publishing: fieldgate vs mochi-mqtt + bolt vs Mosquitto",
+		"one broker at a time, each started afresh on a new state file for every scenario",
+		fmt.Sprintf("State files: %s", orUnknown(m["disk"])),
+		fmt.Sprintf("Go: %s", orUnknown(m["go"])),
+		fmt.Sprintf("fieldgate: %s, its `storage` package (bbolt, group commit)", orUnknown(m["fieldgate"])),
+		fmt.Sprintf("mochi-mqtt: %s, its full `Server` with the bolt storage hook (`hooks/storage/bolt`, default options) on bbolt %s",
+			orUnknown(m["mochi"]), orUnknown(m["bbolt"])),
+		fmt.Sprintf("Mosquitto: %s, `persistence true`, `autosave_interval` left at its default, `max_queued_messages 0`", orUnknown(m["mosquitto"])),
+		fmt.Sprintf("fsync counts: %s", orUnknown(m["strace"])),
+	)
 	fmt.Fprintln(b)
 }
 

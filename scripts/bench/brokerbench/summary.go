@@ -187,7 +187,24 @@ func (s *Summary) WriteMarkdown(w io.Writer) error {
 
 func (s *Summary) header(b *strings.Builder) {
 	m := s.meta
-	fmt.Fprintln(b, "# MQTT broker: fieldgate vs mochi-mqtt vs Mosquitto")
+	s.writeHeader(b, "MQTT broker: fieldgate vs mochi-mqtt vs Mosquitto", "one broker at a time",
+		fmt.Sprintf("Go: %s", orUnknown(m["go"])),
+		fmt.Sprintf("fieldgate: %s", orUnknown(m["fieldgate"])),
+		fmt.Sprintf("mochi-mqtt: %s (its full `Server`: default options and capabilities, allow-all auth, one TCP listener)", orUnknown(m["mochi"])),
+		fmt.Sprintf("Mosquitto: %s", orUnknown(m["mosquitto"])),
+	)
+	fmt.Fprintln(b, "- Ratios: throughput is fieldgate ÷ peer; latency and memory are peer ÷ fieldgate. "+
+		"Either way a ratio above 1 means fieldgate is better.")
+	fmt.Fprintln(b)
+}
+
+// writeHeader writes the title and the list describing the run: the
+// machine, with how the brokers share it (sharing), then items, then the
+// settings, load average and raw files from the raw output's header. It
+// leaves the list open for the caller to add to and end.
+func (s *Summary) writeHeader(b *strings.Builder, title, sharing string, items ...string) {
+	m := s.meta
+	fmt.Fprintln(b, "# "+title)
 	fmt.Fprintln(b)
 	machine := orUnknown(m["cpu"])
 	if m["cores"] != "" {
@@ -196,11 +213,10 @@ func (s *Summary) header(b *strings.Builder) {
 	if m["goos"] != "" {
 		machine += ", " + m["goos"] + "/" + m["goarch"]
 	}
-	fmt.Fprintf(b, "- Machine: %s. The brokers and the load generator share it, one broker at a time.\n", machine)
-	fmt.Fprintf(b, "- Go: %s\n", orUnknown(m["go"]))
-	fmt.Fprintf(b, "- fieldgate: %s\n", orUnknown(m["fieldgate"]))
-	fmt.Fprintf(b, "- mochi-mqtt: %s (its full `Server`: default options and capabilities, allow-all auth, one TCP listener)\n", orUnknown(m["mochi"]))
-	fmt.Fprintf(b, "- Mosquitto: %s\n", orUnknown(m["mosquitto"]))
+	fmt.Fprintf(b, "- Machine: %s. The brokers and the load generator share it, %s.\n", machine, sharing)
+	for _, item := range items {
+		fmt.Fprintf(b, "- %s\n", item)
+	}
 	if m["settings"] != "" {
 		fmt.Fprintf(b, "- Settings: %s\n", m["settings"])
 	}
@@ -211,9 +227,6 @@ func (s *Summary) header(b *strings.Builder) {
 	if len(s.Files) > 0 {
 		fmt.Fprintf(b, "- Raw output: `%s`. Every figure is the median of its runs.\n", strings.Join(s.Files, "`, `"))
 	}
-	fmt.Fprintln(b, "- Ratios: throughput is fieldgate ÷ peer; latency and memory are peer ÷ fieldgate. "+
-		"Either way a ratio above 1 means fieldgate is better.")
-	fmt.Fprintln(b)
 }
 
 // verdict is the outcome of one target.

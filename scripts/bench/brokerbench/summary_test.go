@@ -1,6 +1,7 @@
 package brokerbench
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -75,29 +76,38 @@ BenchmarkBroker/fieldgate/idle-10000conns-5subs 1 20000 rss-B/conn 9 rss-base-Mi
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewSummary()
-			if err := s.Read("results/broker-amd64.txt", strings.NewReader(tc.raw)); err != nil {
-				t.Fatal(err)
-			}
-			var b strings.Builder
-			if err := s.WriteMarkdown(&b); err != nil {
-				t.Fatal(err)
-			}
-			md := b.String()
-			// Table rows are compared with their blank lead cells collapsed.
-			flat := strings.ReplaceAll(md, "|  |", "| |")
-			for _, w := range tc.want {
-				if !strings.Contains(flat, w) {
-					t.Errorf("summary lacks %q:\n%s", w, md)
-				}
-			}
-			for _, w := range tc.wantNot {
-				if strings.Contains(md, w) {
-					t.Errorf("summary has %q:\n%s", w, md)
-				}
-			}
+			checkSummary(t, "results/broker-amd64.txt", tc.raw, (*Summary).WriteMarkdown, tc.want, tc.wantNot)
 		})
 	}
+}
+
+// checkSummary reads raw as the file name, renders it with write and
+// reports every line of want the Markdown lacks and every string of
+// wantNot it has. It returns the Markdown.
+func checkSummary(t *testing.T, name, raw string, write func(*Summary, io.Writer) error, want, wantNot []string) string {
+	t.Helper()
+	s := NewSummary()
+	if err := s.Read(name, strings.NewReader(raw)); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := write(s, &b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	// Table rows are compared with their blank lead cells collapsed.
+	flat := strings.ReplaceAll(md, "|  |", "| |")
+	for _, w := range want {
+		if !strings.Contains(flat, w) {
+			t.Errorf("summary lacks %q:\n%s", w, md)
+		}
+	}
+	for _, w := range wantNot {
+		if strings.Contains(md, w) {
+			t.Errorf("summary has %q:\n%s", w, md)
+		}
+	}
+	return md
 }
 
 func TestSummaryRejectsMalformedLines(t *testing.T) {

@@ -54,7 +54,7 @@ func (t throughput) run(ctx context.Context, cfg *Config) (Result, error) {
 	}
 	sent := make([]counter, t.pubs)
 	if err := f.publishers(t.pubs, topic, t.qos, cfg.Payload, func(i int, o *outbox) {
-		f.flood(o, &sent[i])
+		f.flood(o, &sent[i], nil)
 	}); err != nil {
 		return res, err
 	}
@@ -183,9 +183,11 @@ func (o *outbox) claim(ctx context.Context) (bool, error) {
 }
 
 // flood publishes as fast as the broker takes messages until the fleet
-// stops, counting them in sent.
-func (f *fleet) flood(o *outbox, sent *counter) {
-	for !f.stopping.Load() {
+// stops, counting them in sent. A non-nil quiet stops it too, when set;
+// it then sends what it buffered, so that every PUBLISH written gets its
+// PUBACK.
+func (f *fleet) flood(o *outbox, sent *counter, quiet *atomic.Bool) {
+	for (quiet == nil || !quiet.Load()) && !f.stopping.Load() {
 		ok, err := o.claim(f.ctx)
 		if err == nil && ok {
 			err = o.c.write(o.p.b, false)
@@ -197,6 +199,11 @@ func (f *fleet) flood(o *outbox, sent *counter) {
 			return
 		}
 		sent.n.Add(1)
+	}
+	if quiet != nil {
+		if err := o.c.flush(); err != nil {
+			f.fail(err)
+		}
 	}
 }
 
