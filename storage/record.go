@@ -149,17 +149,36 @@ const sessionRecordV1 = 1
 
 func appendSession(dst []byte, s *Session) []byte {
 	dst = append(dst, sessionRecordV1)
-	dst = binary.AppendUvarint(dst, uint64(s.Expiry/time.Second))
-	dst = binary.AppendVarint(dst, unixNano(s.ExpireAt))
+	dst = appendSpan(dst, s.Expiry, s.ExpireAt)
 	dst = binary.AppendUvarint(dst, uint64(len(s.User)))
 	dst = append(dst, s.User...)
 	if s.Will == nil {
 		return append(dst, 0)
 	}
 	dst = append(dst, 1)
-	dst = binary.AppendUvarint(dst, uint64(s.Will.Delay/time.Second))
-	dst = binary.AppendVarint(dst, unixNano(s.Will.At))
+	dst = appendSpan(dst, s.Will.Delay, s.Will.At)
 	return appendMessage(dst, &s.Will.Msg)
+}
+
+// appendSpan appends an interval in whole seconds and the moment it runs
+// out (0 for none): a session's expiry, a will's delay.
+func appendSpan(dst []byte, d time.Duration, at time.Time) []byte {
+	dst = binary.AppendUvarint(dst, uint64(d/time.Second))
+	return binary.AppendVarint(dst, unixNano(at))
+}
+
+// decodeSpan reads what appendSpan wrote.
+func decodeSpan(b []byte) (d time.Duration, at time.Time, rest []byte, ok bool) {
+	secs, k := binary.Uvarint(b)
+	if k <= 0 {
+		return 0, time.Time{}, nil, false
+	}
+	b = b[k:]
+	n, k := binary.Varint(b)
+	if k <= 0 {
+		return 0, time.Time{}, nil, false
+	}
+	return time.Duration(secs) * time.Second, fromUnixNano(n), b[k:], true
 }
 
 func decodeSession(id string, b []byte) (Session, bool) {
@@ -167,43 +186,30 @@ func decodeSession(id string, b []byte) (Session, bool) {
 	if len(b) < 1 || b[0] != sessionRecordV1 {
 		return s, false
 	}
-	b = b[1:]
-	exp, k := binary.Uvarint(b)
-	if k <= 0 {
+	exp, at, b, ok := decodeSpan(b[1:])
+	if !ok {
 		return s, false
 	}
-	b = b[k:]
-	at, k := binary.Varint(b)
-	if k <= 0 {
-		return s, false
-	}
-	b = b[k:]
 	user, b, ok := lenPrefixed(b)
 	if !ok || len(b) < 1 {
 		return s, false
 	}
-	s.Expiry, s.ExpireAt, s.User = time.Duration(exp)*time.Second, fromUnixNano(at), string(user)
+	s.Expiry, s.ExpireAt, s.User = exp, at, string(user)
 	if b[0] == 0 {
 		return s, len(b) == 1
 	}
 	if b[0] != 1 {
 		return s, false
 	}
-	b = b[1:]
-	delay, k := binary.Uvarint(b)
-	if k <= 0 {
-		return s, false
-	}
-	b = b[k:]
-	wat, k := binary.Varint(b)
-	if k <= 0 {
-		return s, false
-	}
-	msg, ok := decodeMessage(b[k:])
+	delay, wat, b, ok := decodeSpan(b[1:])
 	if !ok {
 		return s, false
 	}
-	s.Will = &Will{Msg: msg, Delay: time.Duration(delay) * time.Second, At: fromUnixNano(wat)}
+	msg, ok := decodeMessage(b)
+	if !ok {
+		return s, false
+	}
+	s.Will = &Will{Msg: msg, Delay: delay, At: wat}
 	return s, true
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -24,6 +25,8 @@ type message struct {
 	// wire caches the encoded PUBLISH per variant (see variant) so that a
 	// message going to many subscribers is encoded once per variant.
 	wire [2 * 3 * 2]atomic.Pointer[[]byte]
+	// stored caches the message as storage keeps it (see storedMessage).
+	stored atomic.Pointer[storage.Message]
 }
 
 // newMessage builds a message; props may be nil. The message keeps topic,

@@ -29,14 +29,20 @@ import (
 //     disk, and PUBREL only once their PUBREC is, so exactly once holds
 //     across a crash.
 
-// storedMessage is m as storage keeps it.
+// storedMessage is m as storage keeps it, built once per message: a
+// publish going to many persistent sessions encodes its properties once.
+// The result is shared; callers copy it before changing a field.
 func storedMessage(m *message) *storage.Message {
+	if sm := m.stored.Load(); sm != nil {
+		return sm
+	}
 	sm := &storage.Message{Topic: m.topic, Payload: m.payload, QoS: m.qos, Retain: m.retain, Expiry: m.expiry}
 	if m.props != nil {
 		var buf bytes.Buffer
 		m.props.Encode(packets.Publish, packets.Mods{AllowResponseInfo: true}, &buf, 0)
 		sm.Props = buf.Bytes()
 	}
+	m.stored.Store(sm)
 	return sm
 }
 
@@ -225,13 +231,10 @@ func (b *Broker) commitEffects(fx *effects, durable bool, done func(error)) {
 	})
 }
 
-// commitLazy is commitEffects without a completion.
+// commitLazy is commitEffects without a completion. It only submits, so
+// callers may hold a session's lock: commit callbacks run later, on the
+// committer's goroutine.
 func (b *Broker) commitLazy(fx *effects) { b.commitEffects(fx, false, nil) }
-
-// commitPromotions commits the packet identifiers of queued messages moved
-// into the window; called with the session's lock held, so it only
-// submits.
-func (b *Broker) commitPromotions(fx *effects) { b.commitEffects(fx, false, nil) }
 
 // releaseFlights sends the QoS 2 flights that waited for fx's commit.
 // When the commit failed they go all the same: the message is in memory

@@ -301,9 +301,10 @@ func (s *session) fill() {
 		fx.batch.SetInflight(s.id, d.seq, f.pid, false)
 	}
 	if fx != nil {
-		// Runs after s.mu is released by the caller's deferred unlock:
-		// the commit callback takes s.mu itself.
-		defer s.b.commitPromotions(fx)
+		// The packet identifiers given to promoted messages; submitted
+		// only, since the caller holds s.mu and a commit's callback
+		// (releasing QoS 2 flights) takes it.
+		defer s.b.commitLazy(fx)
 	}
 	if n > 0 {
 		// Slice forward rather than copy the rest down: draining a long
