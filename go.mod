@@ -16,4 +16,7 @@ require (
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
+	periph.io/x/conn/v3 v3.7.3 // indirect
+	periph.io/x/devices/v3 v3.7.4 // indirect
+	periph.io/x/host/v3 v3.8.5 // indirect
 )

@@ -42,7 +42,9 @@ type Config struct {
 	Broker    Broker     `yaml:"broker"`
 	Listeners []Listener `yaml:"listeners"`
 	Ops       Ops        `yaml:"ops"`
+	Gateway   Gateway    `yaml:"gateway"`
 	Sensors   []Sensor   `yaml:"sensors"`
+	Outputs   []Output   `yaml:"outputs"`
 
 	// src remembers where each key was written so that Validate can point
 	// at the line; it is empty for a Config built in code.
@@ -137,13 +139,89 @@ type Ops struct {
 	Address string `yaml:"address"` // host:port; empty turns the endpoint off
 }
 
+// Gateway names this gateway in the topics its sensors publish on.
+type Gateway struct {
+	// Name is the {device} level of fieldgate/{device}/{sensor}/{quantity};
+	// empty means the host name, reduced to letters, digits, - and _.
+	Name            string `yaml:"name"`
+	TopicPrefix     string `yaml:"topic_prefix"`     // the first topic level of every reading
+	Discovery       bool   `yaml:"discovery"`        // publish Home Assistant MQTT discovery configs
+	DiscoveryPrefix string `yaml:"discovery_prefix"` // Home Assistant's discovery prefix
+}
+
 // Sensor is one device the gateway polls.
 type Sensor struct {
-	Name     string        `yaml:"name"`     // becomes a topic level: fieldgate/{device}/{name}/...
-	Kind     string        `yaml:"kind"`     // the driver, e.g. simulated or bme280
-	Bus      string        `yaml:"bus"`      // where the device is wired, e.g. i2c1, or sim
-	Address  string        `yaml:"address"`  // the device's address on its bus, e.g. 0x76
+	Name    string `yaml:"name"`    // becomes a topic level: fieldgate/{device}/{name}/...
+	Kind    string `yaml:"kind"`    // the driver, such as bme280, sht3x or ads1115
+	Bus     string `yaml:"bus"`     // where the device is wired: an I²C bus number, gpio, w1, or sim
+	Address string `yaml:"address"` // its address on the bus: 0x76, a pin name such as GPIO17, a 1-Wire id
+
 	Interval time.Duration `yaml:"interval"` // time between readings
+	// Jitter moves each reading by up to this much either way (never more
+	// than half the interval), so sensors sharing an interval do not all
+	// wake together.
+	Jitter  time.Duration `yaml:"jitter"`
+	Timeout time.Duration `yaml:"timeout"` // how long one read may take before it counts as failed
+	Retries int           `yaml:"retries"` // further attempts, with backoff, before a reading counts as failed
+	// MaxBackoff caps the wait between attempts on a sensor that keeps
+	// failing; a failing sensor is tried at its interval, doubling up to this.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+	QoS        int           `yaml:"qos"`    // of the published readings
+	Retain     bool          `yaml:"retain"` // whether readings are retained
+
+	// Options are the driver's own settings; each driver documents and
+	// checks its keys.
+	Options  map[string]string `yaml:"options"`
+	Channels []Channel         `yaml:"channels"` // the inputs of a multi-channel converter such as the ADS1115
+}
+
+// defaults fills a sensor written in a file before its keys are decoded.
+func (s *Sensor) defaults() {
+	// One second spreads readings without making them irregular.
+	s.Jitter = time.Second
+	// Two seconds is ample for every supported device (a DS18B20 needs
+	// 750 ms at 12 bits), and short enough to notice a stuck bus.
+	s.Timeout = 2 * time.Second
+	s.Retries = 2
+	s.MaxBackoff = 5 * time.Minute
+	s.QoS = 1
+}
+
+// Channel is one input of a multi-channel sensor, published as its own quantity.
+type Channel struct {
+	Name  string `yaml:"name"`  // the quantity: a topic level such as tank-pressure
+	Input string `yaml:"input"` // the driver's input name, such as A0 or A0-A1
+	Unit  string `yaml:"unit"`  // the unit after scaling, such as bar or V
+	// From and To scale the measured value linearly: From[0] becomes To[0]
+	// and From[1] becomes To[1]. A 4–20 mA transmitter across a 100 Ω
+	// shunt reads 0.4–2.0 V: from [0.4, 2.0] to [0, 10] gives bar.
+	From []float64 `yaml:"from"`
+	To   []float64 `yaml:"to"`
+	// Range is the plausible [low, high] of the scaled value; a reading
+	// outside it is counted as implausible and not published.
+	Range    []float64 `yaml:"range"`
+	Decimals int       `yaml:"decimals"` // digits after the point in payloads
+	Class    string    `yaml:"class"`    // Home Assistant device_class, such as pressure
+}
+
+// defaults fills a channel written in a file before its keys are decoded.
+func (c *Channel) defaults() { c.Decimals = 3 }
+
+// Output is a GPIO output, such as a relay, that follows commands.
+type Output struct {
+	Name      string `yaml:"name"`       // a topic level: commands arrive on fieldgate/{device}/{name}/set
+	Bus       string `yaml:"bus"`        // gpio for the board's pins, or sim
+	Pin       string `yaml:"pin"`        // the pin name, such as GPIO17
+	ActiveLow bool   `yaml:"active_low"` // on drives the pin low, as most relay boards want
+	// SafeState is applied at start, before any command, and on shutdown.
+	SafeState string `yaml:"safe_state"`
+	QoS       int    `yaml:"qos"` // of the command subscription and the state messages
+}
+
+// defaults fills an output written in a file before its keys are decoded.
+func (o *Output) defaults() {
+	o.SafeState = "off"
+	o.QoS = 1
 }
 
 // Default returns the configuration used for every key a file leaves out.
@@ -196,6 +274,11 @@ func Default() *Config {
 		},
 		Listeners: []Listener{{Name: "default", Type: ListenerTCP, Address: "127.0.0.1:1883"}},
 		Ops:       Ops{Address: "127.0.0.1:9100"},
+		Gateway: Gateway{
+			TopicPrefix:     "fieldgate",
+			Discovery:       true,
+			DiscoveryPrefix: "homeassistant",
+		},
 	}
 }
 

@@ -108,7 +108,7 @@ func TestDecodeKeepsDefaults(t *testing.T) {
 				t.Errorf("broker = %+v", c.Broker)
 			}
 		}},
-		{"anchors and aliases", "sensors:\n  - &s {name: a, kind: simulated, interval: 1s}\n  - {name: b, kind: simulated, interval: 2s}\nbroker: {allow_anonymous: true}\n", func(t *testing.T, c *Config) {
+		{"anchors and aliases", "sensors:\n  - &s {name: a, kind: bme280, bus: sim, interval: 1s}\n  - {name: b, kind: bme280, bus: sim, interval: 2s}\nbroker: {allow_anonymous: true}\n", func(t *testing.T, c *Config) {
 			if len(c.Sensors) != 2 || !c.Broker.AllowAnonymous {
 				t.Errorf("config = %+v", c)
 			}
@@ -194,11 +194,11 @@ func TestBrokenConfigs(t *testing.T) {
 			[]wantProblem{{2, "ops.address", "also bound by listeners[0].address"}}},
 		{"listener name with slash", "listeners:\n  - {name: a/b, type: tcp, address: ':1883'}\n",
 			[]wantProblem{{2, "listeners[0].name", "use letters, digits, - and _"}}},
-		{"sensor interval zero and kind missing", "sensors:\n  - name: t1\n    interval: 0s\n",
-			[]wantProblem{{2, "sensors[0].kind", "required"}, {3, "sensors[0].interval", "must be positive"}}},
-		{"sensor interval missing", "sensors:\n  - name: t1\n    kind: simulated\n",
+		{"sensor interval zero and kind missing", "sensors:\n  - name: t1\n    bus: sim\n    interval: 0s\n",
+			[]wantProblem{{2, "sensors[0].kind", "required"}, {4, "sensors[0].interval", "must be positive"}}},
+		{"sensor interval missing", "sensors:\n  - name: t1\n    kind: bme280\n    bus: sim\n",
 			[]wantProblem{{2, "sensors[0].interval", "must be positive, such as 10s"}}},
-		{"duplicate sensor names", "sensors:\n  - {name: t, kind: simulated, interval: 1s}\n  - {name: t, kind: simulated, interval: 1s}\n",
+		{"duplicate sensor names", "sensors:\n  - {name: t, kind: bme280, bus: sim, interval: 1s}\n  - {name: t, kind: bme280, bus: sim, interval: 1s}\n",
 			[]wantProblem{{3, "sensors[1].name", "already the name of sensors[0]"}}},
 		{"list where a mapping belongs", "log:\n  - debug\n",
 			[]wantProblem{{2, "log", "want a mapping with keys level, format"}}},
@@ -263,6 +263,7 @@ listeners:
 sensors:
   - name: soil
     kind: ""
+    bus: "1"
     interval: -1s
 extra: true
 `
@@ -277,8 +278,8 @@ extra: true
 		{9, "listeners[0].address", "not host:port"},
 		{10, "listeners[1].name", "already the name"},
 		{15, "sensors[0].kind", "required"},
-		{16, "sensors[0].interval", "must be positive"},
-		{17, "extra", "unknown key"},
+		{17, "sensors[0].interval", "must be positive"},
+		{18, "extra", "unknown key"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("got %d problems, want %d:\n%v", len(got), len(want), err)
@@ -301,7 +302,7 @@ extra: true
 
 func TestValidateConfigBuiltInCode(t *testing.T) {
 	c := Default()
-	c.Sensors = append(c.Sensors, Sensor{Name: "x", Kind: "simulated"})
+	c.Sensors = append(c.Sensors, Sensor{Name: "x", Kind: "bme280", Bus: "sim", Timeout: time.Second})
 	err := c.Validate()
 	ps := problemsOf(t, err)
 	if len(ps) != 1 || ps[0].Path != "sensors[0].interval" {

@@ -61,6 +61,8 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 		d.mapping(path, n, v)
 	case v.Kind() == reflect.Slice:
 		d.sequence(path, n, v)
+	case v.Kind() == reflect.Map:
+		d.stringMap(path, n, v)
 	case n.Kind != yaml.ScalarNode:
 		d.badValue(path, n.Line, "want %s, got %s", want(v.Type()), shape(n))
 	case v.Type() == durationType:
@@ -91,6 +93,13 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 			return
 		}
 		v.SetInt(i)
+	case v.Kind() == reflect.Float64:
+		var f float64
+		if err := n.Decode(&f); err != nil {
+			d.badValue(path, n.Line, "want %s, got %q", want(v.Type()), n.Value)
+			return
+		}
+		v.SetFloat(f)
 	default:
 		// Only reachable if the schema gains a field of a new kind.
 		panic(fmt.Sprintf("config: schema field %s has unsupported type %s", path, v.Type()))
@@ -131,9 +140,47 @@ func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
 	for i, item := range n.Content {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		d.lines[ip] = item.Line
+		if def, ok := s.Index(i).Addr().Interface().(itemDefaults); ok {
+			def.defaults()
+		}
 		d.value(ip, item, s.Index(i))
 	}
 	v.Set(s)
+}
+
+// itemDefaults is implemented by list items whose keys have defaults, such
+// as a sensor's timeout: the item is filled with them before its keys are
+// decoded, so a key written in the file always wins.
+type itemDefaults interface{ defaults() }
+
+// stringMap decodes a mapping of free-form keys to single values, such as a
+// sensor's driver options; its keys are checked later by whoever owns them.
+func (d *decoder) stringMap(path string, n *yaml.Node, v reflect.Value) {
+	if n.Kind != yaml.MappingNode {
+		d.badValue(path, n.Line, "want a mapping of names to values, got %s", shape(n))
+		return
+	}
+	m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		for val.Kind == yaml.AliasNode {
+			val = val.Alias
+		}
+		kp := joinKey(path, key.Value)
+		if first, dup := seen[key.Value]; dup {
+			d.fail(kp, key.Line, "set twice (first on line %d); keep one", first)
+			continue
+		}
+		seen[key.Value] = key.Line
+		d.lines[kp] = key.Line
+		if val.Kind != yaml.ScalarNode {
+			d.badValue(kp, val.Line, "want a single value, got %s", shape(val))
+			continue
+		}
+		m.SetMapIndex(reflect.ValueOf(key.Value), reflect.ValueOf(val.Value))
+	}
+	v.Set(m)
 }
 
 // structFields maps the YAML keys of a struct type to its field indexes.
@@ -164,6 +211,8 @@ func want(t reflect.Type) string {
 		return "true or false"
 	case t.Kind() == reflect.Int:
 		return "a whole number"
+	case t.Kind() == reflect.Float64:
+		return "a number"
 	}
 	return "a single value"
 }

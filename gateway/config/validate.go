@@ -168,18 +168,102 @@ func (c *Config) problems() []Problem {
 		}
 	}
 
+	k.gateway(c.Gateway)
 	names = map[string]string{}
 	for i, s := range c.Sensors {
-		p := fmt.Sprintf("sensors[%d]", i)
-		k.name(p+".name", s.Name, names)
-		if s.Kind == "" {
-			k.fail(p+".kind", "required: the driver, such as simulated or bme280")
+		k.sensor(fmt.Sprintf("sensors[%d]", i), s, names)
+	}
+	for i, o := range c.Outputs {
+		p := fmt.Sprintf("outputs[%d]", i)
+		// Outputs share the topic level of sensors, so one namespace.
+		k.name(p+".name", o.Name, names)
+		k.oneOf(p+".bus", o.Bus, "gpio", "sim")
+		if o.Pin == "" {
+			k.fail(p+".pin", "required: the pin name, such as GPIO17")
 		}
-		if s.Interval <= 0 {
-			k.fail(p+".interval", "must be positive, such as 10s")
-		}
+		k.oneOf(p+".safe_state", o.SafeState, "off", "on")
+		k.intRange(p+".qos", o.QoS, 0, 2, "1")
+	}
+	for _, check := range extraChecks {
+		k.problems = append(k.problems, check(c)...)
 	}
 	return k.problems
+}
+
+// extraChecks are validations owned by other packages; see AddCheck.
+var extraChecks []func(*Config) []Problem
+
+// AddCheck adds a validation that needs knowledge this package does not
+// have, such as which sensor kinds exist and what options each takes. The
+// sensors package adds its check when it is linked in, so Load and
+// Validate report driver problems with the same file and line as the rest.
+// It must be called during initialization.
+func AddCheck(check func(*Config) []Problem) {
+	extraChecks = append(extraChecks, check)
+}
+
+// Problem returns a problem at path, with the file and line it was written
+// on when the Config was read from a file; for AddCheck's checks.
+func (c *Config) Problem(path, format string, args ...any) Problem {
+	return Problem{File: c.src.file, Line: c.src.line(path), Path: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (k *checker) gateway(g Gateway) {
+	if g.Name != "" {
+		k.name("gateway.name", g.Name, map[string]string{})
+	}
+	for _, kv := range [...][2]string{{"gateway.topic_prefix", g.TopicPrefix}, {"gateway.discovery_prefix", g.DiscoveryPrefix}} {
+		if kv[1] == "" {
+			k.fail(kv[0], "required: a topic such as fieldgate")
+		} else if err := matcher.ValidateTopic(kv[1]); err != nil || strings.HasPrefix(kv[1], "$") {
+			k.fail(kv[0], "%q cannot begin a topic: use levels without wildcards or a leading $, such as site-7/fieldgate", kv[1])
+		}
+	}
+}
+
+func (k *checker) sensor(p string, s Sensor, names map[string]string) {
+	k.name(p+".name", s.Name, names)
+	if s.Kind == "" {
+		k.fail(p+".kind", "required: the driver, such as bme280")
+	}
+	if s.Bus == "" {
+		k.fail(p+".bus", "required: an I²C bus number such as 1, gpio, w1, or sim")
+	}
+	if s.Interval <= 0 {
+		k.fail(p+".interval", "must be positive, such as 10s")
+	}
+	if s.Jitter < 0 {
+		k.fail(p+".jitter", "%s is negative; use 0s or more, such as 1s", s.Jitter)
+	}
+	if s.Timeout <= 0 {
+		k.fail(p+".timeout", "must be positive, such as 2s")
+	}
+	k.intRange(p+".retries", s.Retries, 0, 10, "2")
+	if s.MaxBackoff < s.Interval && s.Interval > 0 {
+		k.fail(p+".max_backoff", "%s is shorter than the interval (%s); use at least the interval, such as 5m", s.MaxBackoff, s.Interval)
+	}
+	k.intRange(p+".qos", s.QoS, 0, 2, "1")
+	chans := map[string]string{}
+	for j, ch := range s.Channels {
+		cp := fmt.Sprintf("%s.channels[%d]", p, j)
+		k.name(cp+".name", ch.Name, chans)
+		if ch.Input == "" {
+			k.fail(cp+".input", "required: the driver's input, such as A0")
+		}
+		if (len(ch.From) == 0) != (len(ch.To) == 0) {
+			k.fail(cp+".from", "from and to go together: set both, such as from: [0.4, 2.0] and to: [0, 10]")
+		} else if len(ch.From) > 0 {
+			if len(ch.From) != 2 || len(ch.To) != 2 {
+				k.fail(cp+".from", "from and to take two numbers each, such as from: [0.4, 2.0] and to: [0, 10]")
+			} else if ch.From[0] == ch.From[1] {
+				k.fail(cp+".from", "both ends are %g; the scale needs two different values", ch.From[0])
+			}
+		}
+		if len(ch.Range) > 0 && (len(ch.Range) != 2 || ch.Range[0] >= ch.Range[1]) {
+			k.fail(cp+".range", "want [low, high] with low below high, such as [0, 10]")
+		}
+		k.intRange(cp+".decimals", ch.Decimals, 0, 9, "3")
+	}
 }
 
 // MQTT limits on broker settings.

@@ -1,0 +1,275 @@
+package sensors
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"periph.io/x/conn/v3/gpio"
+	"periph.io/x/conn/v3/i2c"
+)
+
+// BusType is the kind of bus a driver's devices are wired to.
+type BusType int
+
+// The buses drivers use.
+const (
+	BusI2C  BusType = iota + 1 // address is a 7-bit I²C address such as 0x76
+	BusGPIO                    // address is a pin name such as GPIO17
+	BusW1                      // address is a kernel 1-Wire device id such as 28-0316a279f3ff
+)
+
+// Kind is one registered driver: what the configuration's kind names.
+type Kind struct {
+	Name string // as written in kind:, such as bme280
+	Doc  string // one line for help and error messages
+	Bus  BusType
+	// Addresses are the I²C addresses the chip can be strapped to; they
+	// name likely devices in a bus scan and catch a mistyped address.
+	Addresses []uint16
+	// Channels tells whether the kind takes channels: (an ADC does).
+	Channels bool
+	// Parse checks a sensor's options and channels without touching any
+	// hardware and returns how to open it; problems go to s.Fail.
+	Parse func(s *Spec) Opener
+}
+
+// Opener opens one configured device on its connected bus.
+type Opener func(c Conn) (Device, error)
+
+// Conn is the bus end a device is opened on; only the field for the
+// kind's BusType is set.
+type Conn struct {
+	I2C   i2c.Bus    // the bus, for BusI2C
+	Pin   gpio.PinIO // the pin, for BusGPIO
+	W1Dir string     // the device's sysfs directory, for BusW1
+}
+
+var (
+	kindsMu sync.RWMutex
+	kinds   = map[string]Kind{}
+)
+
+// Register adds a driver kind; each driver file calls it from init.
+// Registering a name twice panics: it is a programming error.
+func Register(k Kind) {
+	kindsMu.Lock()
+	defer kindsMu.Unlock()
+	if _, dup := kinds[k.Name]; dup {
+		panic("sensors: kind " + k.Name + " registered twice")
+	}
+	kinds[k.Name] = k
+}
+
+// Kinds returns the registered kinds sorted by name.
+func Kinds() []Kind {
+	kindsMu.RLock()
+	defer kindsMu.RUnlock()
+	return slices.SortedFunc(maps.Values(kinds), func(a, b Kind) int { return strings.Compare(a.Name, b.Name) })
+}
+
+func lookup(name string) (Kind, bool) {
+	kindsMu.RLock()
+	defer kindsMu.RUnlock()
+	k, ok := kinds[name]
+	return k, ok
+}
+
+// Spec is one sensor's configuration as its driver's Parse sees it: typed
+// accessors for the options, each recording what was asked for so that an
+// unknown option is reported, and Fail for anything else wrong.
+type Spec struct {
+	config.Sensor
+	Addr uint16 // the parsed I²C address, for BusI2C kinds
+
+	path     string // sensors[i], for problem paths
+	cfg      *config.Config
+	used     map[string]bool
+	problems []config.Problem
+}
+
+// Fail records a problem with key, a path below the sensor such as
+// options.mode or channels[1].input; "" means the sensor as a whole.
+func (s *Spec) Fail(key, format string, args ...any) {
+	p := s.path
+	if key != "" {
+		p += "." + key
+	}
+	if s.cfg != nil {
+		s.problems = append(s.problems, s.cfg.Problem(p, format, args...))
+		return
+	}
+	s.problems = append(s.problems, config.Problem{Path: p, Msg: fmt.Sprintf(format, args...)})
+}
+
+// option returns the raw option and marks it known.
+func (s *Spec) option(key string) (string, bool) {
+	s.used[key] = true
+	v, ok := s.Options[key]
+	return v, ok
+}
+
+// Choice returns option key, which must be one of allowed; def when unset.
+func (s *Spec) Choice(key, def string, allowed ...string) string {
+	v, ok := s.option(key)
+	if !ok {
+		return def
+	}
+	if slices.Contains(allowed, v) {
+		return v
+	}
+	s.Fail("options."+key, "%q is not allowed; use one of %s", v, strings.Join(allowed, ", "))
+	return def
+}
+
+// Float returns option key as a number within [lo, hi]; def when unset.
+func (s *Spec) Float(key string, def, lo, hi float64) float64 {
+	v, ok := s.option(key)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < lo || f > hi {
+		s.Fail("options."+key, "%q is not allowed; use a number from %g to %g, such as %g", v, lo, hi, def)
+		return def
+	}
+	return f
+}
+
+// Duration returns option key as a duration within [lo, hi]; def when unset.
+func (s *Spec) Duration(key string, def, lo, hi time.Duration) time.Duration {
+	v, ok := s.option(key)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < lo || d > hi {
+		s.Fail("options."+key, "%q is not allowed; use a duration from %s to %s, such as %s", v, lo, hi, def)
+		return def
+	}
+	return d
+}
+
+// Bool returns option key as true or false; def when unset.
+func (s *Spec) Bool(key string, def bool) bool {
+	v, ok := s.option(key)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		s.Fail("options."+key, "%q is not allowed; use true or false", v)
+		return def
+	}
+	return b
+}
+
+// Text returns option key as written; def when unset.
+func (s *Spec) Text(key, def string) string {
+	v, ok := s.option(key)
+	if !ok {
+		return def
+	}
+	return v
+}
+
+// parse checks one sensor against its kind and returns its opener, or the
+// problems found.
+func parse(cfg *config.Config, i int, sc config.Sensor) (Kind, *Spec, Opener) {
+	s := &Spec{Sensor: sc, path: fmt.Sprintf("sensors[%d]", i), cfg: cfg, used: map[string]bool{}}
+	k, ok := lookup(sc.Kind)
+	if !ok {
+		if sc.Kind != "" {
+			names := make([]string, 0, len(kinds))
+			for _, k := range Kinds() {
+				names = append(names, k.Name)
+			}
+			s.Fail("kind", "%q is not a known sensor kind; use one of %s", sc.Kind, strings.Join(names, ", "))
+		}
+		return k, s, nil
+	}
+	switch k.Bus {
+	case BusI2C:
+		if sc.Bus != "" && sc.Bus != SimBus {
+			if _, err := i2cBusNumber(sc.Bus); err != nil {
+				s.Fail("bus", "%q is not an I²C bus; use its number such as 1 (for /dev/i2c-1), or sim", sc.Bus)
+			}
+		}
+		a, err := strconv.ParseUint(sc.Address, 0, 16)
+		switch {
+		case sc.Address == "" && len(k.Addresses) > 0:
+			s.Addr = k.Addresses[0]
+		case err != nil || a < 0x03 || a > 0x77:
+			s.Fail("address", "%q is not a 7-bit I²C address; use one such as %s", sc.Address, hexAddrs(k.Addresses))
+		case len(k.Addresses) > 0 && !slices.Contains(k.Addresses, uint16(a)):
+			s.Fail("address", "a %s answers only at %s, not %s", k.Name, hexAddrs(k.Addresses), sc.Address)
+		default:
+			s.Addr = uint16(a)
+		}
+	case BusGPIO:
+		if sc.Bus != "gpio" && sc.Bus != SimBus && sc.Bus != "" {
+			s.Fail("bus", "%q is not allowed for %s; use gpio, or sim", sc.Bus, k.Name)
+		}
+		if sc.Address == "" {
+			s.Fail("address", "required: the pin name, such as GPIO17")
+		}
+	case BusW1:
+		if sc.Bus != "w1" && sc.Bus != SimBus && sc.Bus != "" {
+			s.Fail("bus", "%q is not allowed for %s; use w1 (the kernel's 1-Wire bus), or sim", sc.Bus, k.Name)
+		}
+		if sc.Address == "" {
+			s.Fail("address", "required: the 1-Wire device id as listed in /sys/bus/w1/devices, such as 28-0316a279f3ff")
+		}
+	}
+	if len(sc.Channels) > 0 && !k.Channels {
+		s.Fail("channels", "%s has no channels; remove channels", k.Name)
+	}
+	open := k.Parse(s)
+	for _, key := range slices.Sorted(maps.Keys(sc.Options)) {
+		if !s.used[key] {
+			known := slices.Sorted(maps.Keys(s.used))
+			hint := "it takes no options"
+			if len(known) > 0 {
+				hint = "known options: " + strings.Join(known, ", ")
+			}
+			s.Fail("options."+key, "unknown option for %s; %s", k.Name, hint)
+		}
+	}
+	return k, s, open
+}
+
+// reservedQuantity are topic levels under a sensor that carry something
+// other than a reading.
+var reservedQuantity = []string{"status"}
+
+func check(cfg *config.Config) []config.Problem {
+	var ps []config.Problem
+	for i, sc := range cfg.Sensors {
+		_, s, _ := parse(cfg, i, sc)
+		for j, ch := range sc.Channels {
+			if slices.Contains(reservedQuantity, ch.Name) {
+				s.Fail(fmt.Sprintf("channels[%d].name", j), "%q is reserved for the sensor's %s topic; choose another name", ch.Name, ch.Name)
+			}
+		}
+		ps = append(ps, s.problems...)
+	}
+	return ps
+}
+
+func init() { config.AddCheck(check) }
+
+func hexAddrs(as []uint16) string {
+	if len(as) == 0 {
+		return "0x76"
+	}
+	parts := make([]string, len(as))
+	for i, a := range as {
+		parts[i] = fmt.Sprintf("0x%02x", a)
+	}
+	return strings.Join(parts, " or ")
+}
