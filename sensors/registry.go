@@ -86,6 +86,10 @@ func lookup(name string) (Kind, bool) {
 type Spec struct {
 	config.Sensor
 	Addr uint16 // the parsed I²C address, for BusI2C kinds
+	// Quantities is what the device will report, when the driver knows it
+	// from the configuration alone; Parse sets it so that Home Assistant
+	// discovery can announce a sensor before its first reading.
+	Quantities []Quantity
 
 	path     string // sensors[i], for problem paths
 	cfg      *config.Config

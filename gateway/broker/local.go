@@ -71,7 +71,8 @@ func (b *Broker) Connect(clientID string) (*Client, error) {
 
 // Publish routes a message to every matching subscriber and returns once it
 // has been routed (queued, in flight or counted as dropped for each). ctx
-// bounds the wait; an expired ctx publishes nothing.
+// bounds the wait; an expired ctx publishes nothing. The broker keeps
+// payload without copying it: the caller must not change it afterwards.
 func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -144,6 +145,14 @@ func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
 		err = fmt.Errorf("broker: subscribe to %q refused with reason 0x%02X", filter, code)
 	}
 	return err
+}
+
+// RetainedTopics lists the topics holding a retained message that filter
+// matches, such as the discovery configs a gateway published earlier.
+func (cl *Client) RetainedTopics(filter string) []string {
+	var out []string
+	cl.b.retained.match(filter, func(m *message) { out = append(out, m.topic) })
+	return out
 }
 
 // Unsubscribe removes the subscription to filter.

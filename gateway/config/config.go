@@ -164,7 +164,8 @@ type Sensor struct {
 	Timeout time.Duration `yaml:"timeout"` // how long one read may take before it counts as failed
 	Retries int           `yaml:"retries"` // further attempts, with backoff, before a reading counts as failed
 	// MaxBackoff caps the wait between attempts on a sensor that keeps
-	// failing; a failing sensor is tried at its interval, doubling up to this.
+	// failing; a failing sensor is tried at its interval, doubling up to
+	// this (or the interval, if that is longer).
 	MaxBackoff time.Duration `yaml:"max_backoff"`
 	QoS        int           `yaml:"qos"`    // of the published readings
 	Retain     bool          `yaml:"retain"` // whether readings are retained

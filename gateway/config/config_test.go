@@ -52,8 +52,8 @@ func TestEmbeddedDefault(t *testing.T) {
 		t.Fatal("embedded default has no sensors, want a simulated one")
 	}
 	for _, s := range cfg.Sensors {
-		if s.Kind != "simulated" {
-			t.Errorf("sensor %q has kind %q, want simulated (no hardware)", s.Name, s.Kind)
+		if s.Bus != "sim" {
+			t.Errorf("sensor %q is on bus %q, want sim (no hardware)", s.Name, s.Bus)
 		}
 	}
 	if got := cfg.Sensors[0].Address; got != "0x76" {
@@ -302,7 +302,7 @@ extra: true
 
 func TestValidateConfigBuiltInCode(t *testing.T) {
 	c := Default()
-	c.Sensors = append(c.Sensors, Sensor{Name: "x", Kind: "bme280", Bus: "sim", Timeout: time.Second})
+	c.Sensors = append(c.Sensors, Sensor{Name: "x", Kind: "bme280", Bus: "sim", Timeout: time.Second, MaxBackoff: time.Minute})
 	err := c.Validate()
 	ps := problemsOf(t, err)
 	if len(ps) != 1 || ps[0].Path != "sensors[0].interval" {
@@ -360,6 +360,82 @@ func TestEditDistance(t *testing.T) {
 	for _, tt := range tests {
 		if got := editDistance(tt.a, tt.b); got != tt.want {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+func TestSensorItemsGetDefaultsAndOptions(t *testing.T) {
+	doc := `sensors:
+  - name: tank
+    kind: ads1115
+    bus: "1"
+    interval: 5s
+    retries: 0
+    options: {max_voltage: 4.096, data_rate: 128}
+    channels:
+      - {name: pressure, input: A0, unit: bar, from: [0.4, 2.0], to: [0, 10], range: [-0.5, 10.5]}
+outputs:
+  - {name: pump, bus: gpio, pin: GPIO17}
+`
+	cfg, err := Parse("s.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Sensors[0]
+	// Keys left out take the item defaults; an explicit 0 is kept.
+	if s.Timeout != 2*time.Second || s.Jitter != time.Second || s.QoS != 1 || s.MaxBackoff != 5*time.Minute {
+		t.Errorf("defaults not applied: %+v", s)
+	}
+	if s.Retries != 0 {
+		t.Errorf("retries = %d, want the explicit 0", s.Retries)
+	}
+	if s.Options["max_voltage"] != "4.096" || s.Options["data_rate"] != "128" {
+		t.Errorf("options = %v", s.Options)
+	}
+	ch := s.Channels[0]
+	if ch.From[1] != 2.0 || ch.To[1] != 10 || ch.Range[0] != -0.5 || ch.Decimals != 3 {
+		t.Errorf("channel = %+v", ch)
+	}
+	if o := cfg.Outputs[0]; o.SafeState != "off" || o.QoS != 1 || o.Pin != "GPIO17" {
+		t.Errorf("output = %+v", o)
+	}
+	if cfg.Gateway.TopicPrefix != "fieldgate" || !cfg.Gateway.Discovery {
+		t.Errorf("gateway = %+v", cfg.Gateway)
+	}
+}
+
+func TestSensorAndOutputProblems(t *testing.T) {
+	doc := `gateway: {name: "a b", topic_prefix: "x/+"}
+sensors:
+  - name: tank
+    kind: ads1115
+    bus: "1"
+    interval: 5s
+    qos: 3
+    options: {max_voltage: [1, 2]}
+    channels:
+      - {name: p, input: A0, from: [0.4], to: [0, 10], range: [5, 1]}
+      - {name: q, input: A1, from: [1, 1], to: [0, 10], decimals: x}
+outputs:
+  - {name: tank, bus: spi, safe_state: maybe}
+`
+	_, err := Parse("p.yaml", []byte(doc))
+	got := problemsOf(t, err)
+	for _, w := range []wantProblem{
+		{1, "gateway.name", "contains"},
+		{1, "gateway.topic_prefix", "cannot begin a topic"},
+		{7, "sensors[0].qos", "out of range"},
+		{8, "sensors[0].options.max_voltage", "want a single value"},
+		{10, "sensors[0].channels[0].from", "two numbers each"},
+		{10, "sensors[0].channels[0].range", "low below high"},
+		{11, "sensors[0].channels[1].decimals", "want a whole number"},
+		{13, "outputs[0].name", "already the name"},
+		{13, "outputs[0].bus", "use one of gpio, sim"},
+		{13, "outputs[0].pin", "required"},
+		{13, "outputs[0].safe_state", "use one of off, on"},
+	} {
+		if !hasProblem(got, w) {
+			t.Errorf("missing problem at line %d %s (%s); got:\n%v", w.line, w.path, w.msg, err)
 		}
 	}
 }

@@ -239,8 +239,8 @@ func (k *checker) sensor(p string, s Sensor, names map[string]string) {
 		k.fail(p+".timeout", "must be positive, such as 2s")
 	}
 	k.intRange(p+".retries", s.Retries, 0, 10, "2")
-	if s.MaxBackoff < s.Interval && s.Interval > 0 {
-		k.fail(p+".max_backoff", "%s is shorter than the interval (%s); use at least the interval, such as 5m", s.MaxBackoff, s.Interval)
+	if s.MaxBackoff <= 0 {
+		k.fail(p+".max_backoff", "must be positive, such as 5m")
 	}
 	k.intRange(p+".qos", s.QoS, 0, 2, "1")
 	chans := map[string]string{}

@@ -1,0 +1,311 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/storage"
+)
+
+// freeAddr returns a loopback address with a port nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// embeddedGateway is the embedded default configuration on a free port and
+// a temporary state file, with every interval shortened to a second.
+func embeddedGateway(t *testing.T, statePath string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse(config.EmbeddedName, config.Embedded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listeners[0].Address = freeAddr(t)
+	cfg.Ops.Address = ""
+	cfg.Storage.Path = statePath
+	cfg.Gateway.Name = "e2e"
+	for i := range cfg.Sensors {
+		cfg.Sensors[i].Interval = time.Second
+		cfg.Sensors[i].Jitter = 100 * time.Millisecond
+	}
+	return cfg
+}
+
+// startGateway runs cfg until the returned stop is called.
+func startGateway(t *testing.T, cfg *config.Config) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, nil, "e2e") }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.Dial("tcp", cfg.Listeners[0].Address)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("gateway not listening after 5s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// collector is a real MQTT client that keeps the last message per topic.
+type collector struct {
+	mu   sync.Mutex
+	last map[string]mqtt.Message
+	n    map[string]int
+}
+
+func collect(t *testing.T, addr string, filters ...string) (*collector, mqtt.Client) {
+	t.Helper()
+	col := &collector{last: map[string]mqtt.Message{}, n: map[string]int{}}
+	opts := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("e2e-%d", time.Now().UnixNano())).SetAutoReconnect(false)
+	c := mqtt.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	for _, f := range filters {
+		tok := c.Subscribe(f, 1, func(_ mqtt.Client, m mqtt.Message) {
+			col.mu.Lock()
+			col.last[m.Topic()] = m
+			col.n[m.Topic()]++
+			col.mu.Unlock()
+		})
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe %s: %v", f, tok.Error())
+		}
+	}
+	return col, c
+}
+
+// wait polls until cond holds on the collected messages, or fails.
+func (c *collector) wait(t *testing.T, what string, cond func(last map[string]mqtt.Message, n map[string]int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		ok := cond(c.last, c.n)
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var topics []string
+	for tp, m := range c.last {
+		topics = append(topics, tp+" = "+string(m.Payload()))
+	}
+	t.Fatalf("timed out waiting for %s; got:\n%s", what, strings.Join(topics, "\n"))
+}
+
+// TestSensorsEndToEnd runs the gateway on its embedded default (the
+// simulated bus) and checks with a real MQTT client what a user sees:
+// readings as JSON, availability, Home Assistant discovery, a relay that
+// follows commands, and the safe state and offline mark left at shutdown.
+func TestSensorsEndToEnd(t *testing.T) {
+	state := t.TempDir() + "/state.db"
+	cfg := embeddedGateway(t, state)
+	stop := startGateway(t, cfg)
+	col, c := collect(t, cfg.Listeners[0].Address, "fieldgate/#", "homeassistant/#")
+
+	var wantReadings []string
+	for _, s := range cfg.Sensors {
+		wantReadings = append(wantReadings, "fieldgate/e2e/"+s.Name+"/")
+	}
+	col.wait(t, "a reading from every sensor", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		for _, prefix := range wantReadings {
+			found := false
+			for tp := range last {
+				if strings.HasPrefix(tp, prefix) && !strings.HasSuffix(tp, "/status") {
+					found = true
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+
+	col.mu.Lock()
+	readings := 0
+	for tp, m := range col.last {
+		if !strings.HasPrefix(tp, "fieldgate/e2e/") || strings.HasSuffix(tp, "/status") || strings.HasSuffix(tp, "/state") || strings.HasSuffix(tp, "/availability") {
+			continue
+		}
+		var r struct {
+			Value *float64 `json:"value"`
+			Unit  *string  `json:"unit"`
+			TS    string   `json:"ts"`
+		}
+		if err := json.Unmarshal(m.Payload(), &r); err != nil || r.Value == nil || r.Unit == nil {
+			t.Errorf("%s: payload %s is not {value, unit, ts}: %v", tp, m.Payload(), err)
+			continue
+		}
+		if ts, err := time.Parse(time.RFC3339, r.TS); err != nil || time.Since(ts) > time.Minute || time.Since(ts) < -time.Second {
+			t.Errorf("%s: ts %q is not a recent RFC 3339 time", tp, r.TS)
+		}
+		readings++
+	}
+	if a := col.last["fieldgate/e2e/availability"]; a == nil || string(a.Payload()) != "online" || !a.Retained() {
+		t.Errorf("availability = %v, want retained online", a)
+	}
+	col.mu.Unlock()
+	if readings < 8 {
+		t.Errorf("%d distinct readings, want at least 8 quantities from the simulated sensors", readings)
+	}
+
+	// Discovery: a retained config per quantity, each pointing at a state
+	// topic that carries readings, and a switch for the pump.
+	col.wait(t, "discovery configs", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		return last["homeassistant/switch/fieldgate_e2e/pump/config"] != nil &&
+			last["homeassistant/sensor/fieldgate_e2e/climate_temperature/config"] != nil
+	})
+	col.mu.Lock()
+	for tp, m := range col.last {
+		if !strings.HasPrefix(tp, "homeassistant/") {
+			continue
+		}
+		var dc struct {
+			StateTopic   string `json:"state_topic"`
+			UniqueID     string `json:"unique_id"`
+			CommandTopic string `json:"command_topic"`
+			Device       struct {
+				Identifiers []string `json:"identifiers"`
+			} `json:"device"`
+		}
+		if err := json.Unmarshal(m.Payload(), &dc); err != nil || dc.StateTopic == "" || dc.UniqueID == "" || len(dc.Device.Identifiers) == 0 {
+			t.Errorf("%s: discovery config %s lacks state_topic, unique_id or device: %v", tp, m.Payload(), err)
+		}
+		if strings.Contains(tp, "/sensor/") && col.last[dc.StateTopic] == nil {
+			t.Errorf("%s: state_topic %s carries nothing", tp, dc.StateTopic)
+		}
+		if strings.Contains(tp, "/switch/") && dc.CommandTopic != "fieldgate/e2e/pump/set" {
+			t.Errorf("switch command_topic = %q", dc.CommandTopic)
+		}
+	}
+	col.mu.Unlock()
+
+	// The relay starts in its safe state and follows commands; a bad
+	// command changes nothing.
+	state0 := func(want string) func(map[string]mqtt.Message, map[string]int) bool {
+		return func(last map[string]mqtt.Message, _ map[string]int) bool {
+			m := last["fieldgate/e2e/pump/state"]
+			return m != nil && string(m.Payload()) == want
+		}
+	}
+	col.wait(t, "pump OFF at start", state0("OFF"))
+	c.Publish("fieldgate/e2e/pump/set", 1, false, "ON").WaitTimeout(5 * time.Second)
+	col.wait(t, "pump ON after the command", state0("ON"))
+	c.Publish("fieldgate/e2e/pump/set", 1, false, "maybe").WaitTimeout(5 * time.Second)
+	c.Publish("fieldgate/e2e/pump/set", 1, false, "1").WaitTimeout(5 * time.Second)
+	time.Sleep(200 * time.Millisecond)
+	col.wait(t, "pump still ON", state0("ON"))
+
+	// Home Assistant coming online gets the configs again.
+	col.mu.Lock()
+	before := col.n["homeassistant/switch/fieldgate_e2e/pump/config"]
+	col.mu.Unlock()
+	c.Publish("homeassistant/status", 0, false, "online").WaitTimeout(5 * time.Second)
+	col.wait(t, "discovery republished", func(_ map[string]mqtt.Message, n map[string]int) bool {
+		return n["homeassistant/switch/fieldgate_e2e/pump/config"] > before
+	})
+
+	stop()
+	// What the gateway left behind: offline, and the pump back in its safe state.
+	retained := readRetained(t, state, "fieldgate/e2e/#")
+	if got := retained["fieldgate/e2e/availability"]; got != "offline" {
+		t.Errorf("retained availability after shutdown = %q, want offline", got)
+	}
+	if got := retained["fieldgate/e2e/pump/state"]; got != "OFF" {
+		t.Errorf("retained pump state after shutdown = %q, want OFF (its safe state)", got)
+	}
+}
+
+// TestDiscoveryRemovesDroppedSensor checks that a sensor taken out of the
+// configuration loses its Home Assistant entity at the next start.
+func TestDiscoveryRemovesDroppedSensor(t *testing.T) {
+	state := t.TempDir() + "/state.db"
+	cfg := embeddedGateway(t, state)
+	stop := startGateway(t, cfg)
+	col, _ := collect(t, cfg.Listeners[0].Address, "homeassistant/#")
+	col.wait(t, "climate discovery", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		return last["homeassistant/sensor/fieldgate_e2e/climate_temperature/config"] != nil
+	})
+	stop()
+	if n := len(readRetained(t, state, "homeassistant/+/fieldgate_e2e/climate_temperature/config")); n != 1 {
+		t.Fatalf("%d retained climate configs after the first run, want 1", n)
+	}
+
+	cfg2 := embeddedGateway(t, state)
+	var kept []config.Sensor
+	for _, s := range cfg2.Sensors {
+		if s.Name != "climate" {
+			kept = append(kept, s)
+		}
+	}
+	cfg2.Sensors = kept
+	stop2 := startGateway(t, cfg2)
+	col2, _ := collect(t, cfg2.Listeners[0].Address, "homeassistant/#")
+	col2.wait(t, "another sensor's discovery", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		return last["homeassistant/switch/fieldgate_e2e/pump/config"] != nil
+	})
+	stop2()
+	retained := readRetained(t, state, "homeassistant/#")
+	for tp := range retained {
+		if strings.Contains(tp, "/climate_") {
+			t.Errorf("discovery config %s still retained after climate was removed", tp)
+		}
+	}
+	if len(retained) == 0 {
+		t.Error("no discovery configs retained at all")
+	}
+}
+
+// readRetained reads the retained messages matching filter from a stopped
+// gateway's state file.
+func readRetained(t *testing.T, path, filter string) map[string]string {
+	t.Helper()
+	db, err := storage.OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	out := map[string]string{}
+	if err := db.MatchRetained(filter, matcher.Matches, func(m *storage.Message) { out[m.Topic] = string(m.Payload) }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
