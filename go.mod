@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	github.com/jonboulle/clockwork v0.5.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect

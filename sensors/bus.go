@@ -72,6 +72,13 @@ func (b *Buses) sim() *sim.World {
 	return b.Sim
 }
 
+// simWorld returns the simulated hardware, creating it on first use.
+func (b *Buses) simWorld() *sim.World {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sim()
+}
+
 // I2C returns the I²C bus name: a bus number such as 1 (also i2c-1,
 // i2c1 or /dev/i2c-1), or sim. Errors from the bus that mean "no
 // device answered" wrap ErrNoAck.

@@ -33,16 +33,16 @@ func (f *faultBus) Tx(addr uint16, w, r []byte) error {
 
 func (f *faultBus) SetSpeed(physic.Frequency) error { return nil }
 
-// linuxNack is the error periph's sysfs bus returns for a device that does
+// errLinuxNack is the error periph's sysfs bus returns for a device that does
 // not acknowledge: the ioctl's errno, as text only.
-var linuxNack = errors.New("sysfs-i2c: " + syscall.EREMOTEIO.Error())
+var errLinuxNack = errors.New("sysfs-i2c: " + syscall.EREMOTEIO.Error())
 
 func TestNackBusClassifiesAdapterErrors(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		nack bool
 	}{
-		{linuxNack, true},
+		{errLinuxNack, true},
 		{errors.New("sysfs-i2c: " + syscall.ENXIO.Error()), true},
 		{fmt.Errorf("wrapped: %w", syscall.EREMOTEIO), true},
 		{errors.New("sysfs-i2c: invalid address"), false},

@@ -52,9 +52,6 @@ func (c *fakeClock) waitIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.busy > 0 {
-		if debugBusy {
-			println("busy", c.busy)
-		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("poller still busy (%d) after 10s of real time", c.busy)
 		}
@@ -138,4 +135,3 @@ func (ft *fakeTimer) Reset(d time.Duration) bool {
 	ft.c.timers[ft] = struct{}{}
 	return armed
 }
-var debugBusy = false

@@ -266,7 +266,8 @@ type sensor struct {
 	results chan error
 	busy    bool
 
-	timer Timer
+	timer   Timer // the schedule
+	timeout Timer // the read in progress
 
 	mu        sync.Mutex
 	ok        bool
@@ -419,7 +420,13 @@ func (s *sensor) readOnce(ctx context.Context) error {
 			return err
 		}
 	}
-	t := s.p.clock.NewTimer(s.cfg.Timeout)
+	// One timer per sensor, reset for each read: no allocation per read.
+	if s.timeout == nil {
+		s.timeout = s.p.clock.NewTimer(s.cfg.Timeout)
+	} else {
+		s.timeout.Reset(s.cfg.Timeout)
+	}
+	t := s.timeout
 	defer t.Stop()
 	// The reader counts as busy from the request until its answer is
 	// taken; then that count passes back to this goroutine. A read that

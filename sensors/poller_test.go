@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"periph.io/x/conn/v3/gpio"
 )
 
 // recorder is a Client that keeps what is published, with the fake time.
@@ -489,5 +490,105 @@ func TestPollerRejectsBadSensorsBeforeStarting(t *testing.T) {
 	var cerr *config.Error
 	if !errors.As(err, &cerr) || cerr.Problems[0].Line != 2 {
 		t.Errorf("err = %#v, want a config problem on line 2", err)
+	}
+}
+
+func TestOutputFollowsCommandsAndKeepsSafeState(t *testing.T) {
+	cfg, err := config.Parse("o.yaml", []byte(`gateway: {name: gw1}
+outputs:
+  - {name: pump, bus: sim, pin: SIM_OUT1, safe_state: "off"}
+  - {name: vent, bus: sim, pin: SIM_OUT2, safe_state: "on", active_low: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock(t)
+	rec := &recorder{clock: clock}
+	buses := &Buses{}
+	p, err := New(cfg, Options{Client: rec, Clock: clock, Buses: buses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	world := buses.simWorld()
+	level := func(pin string) gpio.Level {
+		t.Helper()
+		l, err := world.Level(pin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			p.Stop(context.Background())
+		}
+	}()
+	state := func(name string) string {
+		got := rec.on("fieldgate/gw1/" + name + "/state")
+		if len(got) == 0 {
+			return ""
+		}
+		if !got[len(got)-1].retain {
+			t.Errorf("%s state not retained", name)
+		}
+		return got[len(got)-1].payload
+	}
+	// Safe states at start: pump off (line low); vent on, active low (line low).
+	if state("pump") != "OFF" || level("SIM_OUT1") != gpio.Low {
+		t.Errorf("pump at start: %q, line %v; want OFF, low", state("pump"), level("SIM_OUT1"))
+	}
+	if state("vent") != "ON" || level("SIM_OUT2") != gpio.Low {
+		t.Errorf("vent at start: %q, line %v; want ON, low (active low)", state("vent"), level("SIM_OUT2"))
+	}
+
+	for _, tc := range []struct {
+		payload  string
+		retained bool
+		want     string
+		line     gpio.Level
+	}{
+		{"ON", false, "ON", gpio.High},
+		{" off ", false, "OFF", gpio.Low},
+		{"1", false, "ON", gpio.High},
+		{"maybe", false, "ON", gpio.High}, // rejected: nothing changes
+		{"0", true, "ON", gpio.High},      // retained: stale, ignored
+		{"", false, "ON", gpio.High},      // empty: rejected
+		{"0", false, "OFF", gpio.Low},
+	} {
+		rec.deliver("fieldgate/gw1/pump/set", tc.payload, tc.retained)
+		if got := state("pump"); got != tc.want || level("SIM_OUT1") != tc.line {
+			t.Errorf("after %q (retained %v): state %q line %v, want %q %v", tc.payload, tc.retained, got, level("SIM_OUT1"), tc.want, tc.line)
+		}
+	}
+	rec.deliver("fieldgate/gw1/pump/set", "ON", false)
+	rec.deliver("fieldgate/gw1/vent/set", "OFF", false)
+	if level("SIM_OUT2") != gpio.High {
+		t.Error("vent OFF should drive its active-low line high")
+	}
+	// Shutdown puts both back in their safe state and marks the gateway offline.
+	p.Stop(context.Background())
+	stopped = true
+	if state("pump") != "OFF" || level("SIM_OUT1") != gpio.Low || state("vent") != "ON" || level("SIM_OUT2") != gpio.Low {
+		t.Errorf("after stop: pump %q %v, vent %q %v; want both in their safe state", state("pump"), level("SIM_OUT1"), state("vent"), level("SIM_OUT2"))
+	}
+	if a := rec.on("fieldgate/gw1/availability"); len(a) != 2 || a[0].payload != "online" || a[1].payload != "offline" {
+		t.Errorf("availability messages %v, want online then offline", a)
+	}
+}
+
+func TestParseCommand(t *testing.T) {
+	for in, want := range map[string]bool{"ON": true, "on": true, "1": true, "OFF": false, "Off": false, "0": false} {
+		if got, err := parseCommand([]byte(in)); err != nil || got != want {
+			t.Errorf("parseCommand(%q) = %v, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"", "2", "true", "ONN", "{\"state\":\"ON\"}"} {
+		if _, err := parseCommand([]byte(in)); err == nil || !strings.Contains(err.Error(), "send ON, OFF, 1 or 0") {
+			t.Errorf("parseCommand(%q) = %v, want a rejection naming what is accepted", in, err)
+		}
 	}
 }

@@ -87,8 +87,19 @@ func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos
 		return fmt.Errorf("broker: publish to %q: QoS %d; use 0, 1 or 2", topic, qos)
 	}
 	cl.b.stats.msgsRecv.Add(1)
-	fx := &effects{}
+	fx := effectsPool.Get().(*effects)
 	cl.b.publish(newMessage(topic, payload, qos, retain, nil, time.Now()), cl.c.s.handle, fx)
+	if fx.batch.Empty() && len(fx.release) == 0 {
+		// Nothing to store and nobody waiting on it: the common case of a
+		// reading that only live subscribers get. fx goes back for reuse.
+		refused := fx.refused
+		fx.refused = false
+		effectsPool.Put(fx)
+		if refused && qos > 0 {
+			return fmt.Errorf("broker: publish to %q: %w", topic, ErrQueueFull)
+		}
+		return nil
+	}
 	if qos == 0 {
 		cl.b.commitLazy(fx)
 		return nil
@@ -146,6 +157,10 @@ func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
 	}
 	return err
 }
+
+// effectsPool recycles the effects of in-process publishes that stored
+// nothing; those handed to storage are not reused.
+var effectsPool = sync.Pool{New: func() any { return new(effects) }}
 
 // RetainedTopics lists the topics holding a retained message that filter
 // matches, such as the discovery configs a gateway published earlier.

@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 
@@ -17,7 +18,20 @@ import (
 type routeBuf struct {
 	r        matcher.Result
 	sessions []*session
+	ids      []uint32
 }
+
+// oneID holds the one-element identifier lists of the small identifiers,
+// shared by every delivery that carries exactly one of them: delivery
+// identifier lists are never modified, and most deliveries carry one
+// small identifier (an in-process client numbers its subscriptions from
+// 1), so sharing saves an allocation per delivered message.
+var oneID = func() (t [256][1]uint32) {
+	for i := range t {
+		t[i][0] = uint32(i)
+	}
+	return t
+}()
 
 var routeBufs = sync.Pool{New: func() any { return new(routeBuf) }}
 
@@ -59,9 +73,12 @@ func (b *Broker) publish(m *message, from matcher.Handle, fx *effects) int {
 			retain: m.retain && d.Opts&matcher.RetainAsPublished != 0,
 		}
 		if d.ID != 0 {
-			dl.subIDs = rb.r.IDs(i, nil) // [MQTT-3.3.4-3] [MQTT-3.3.4-5]
-			if len(dl.subIDs) == 0 {
-				dl.subIDs = nil
+			rb.ids = rb.r.IDs(i, rb.ids[:0]) // [MQTT-3.3.4-3] [MQTT-3.3.4-5]
+			switch ids := rb.ids; {
+			case len(ids) == 1 && ids[0] < uint32(len(oneID)):
+				dl.subIDs = oneID[ids[0]][:]
+			case len(ids) > 0:
+				dl.subIDs = slices.Clone(ids)
 			}
 		}
 		s.mu.Lock()

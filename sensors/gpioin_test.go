@@ -1,0 +1,610 @@
+package sensors
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/sensors/sim"
+	"periph.io/x/conn/v3/gpio"
+	"periph.io/x/conn/v3/gpio/gpiotest"
+	"periph.io/x/conn/v3/physic"
+)
+
+const gpioInYAML = "sensors:\n  - {name: door, kind: gpio_in, bus: gpio, address: GPIO17, interval: 1m}\n"
+
+// fakePin is a GPIO pin for tests, after periph's gpiotest.Pin: a send
+// on edges is an edge to that level, taken in by WaitForEdge. gpiotest
+// itself needs github.com/jonboulle/clockwork, which this module does not
+// require. Halt interrupts WaitForEdge when haltWakes is set, as the GPIO
+// character device's Halt does; otherwise it does nothing, like gpiotest's.
+type fakePin struct {
+	edges  chan gpio.Level
+	halted chan struct{} // closed by Halt when haltWakes; nil otherwise
+	halts  atomic.Int32
+	once   sync.Once
+	inErr  error // what In returns
+
+	mu   sync.Mutex
+	l    gpio.Level
+	pull gpio.Pull
+}
+
+func newFakePin(haltWakes bool) *fakePin {
+	p := &fakePin{edges: make(chan gpio.Level)}
+	if haltWakes {
+		p.halted = make(chan struct{})
+	}
+	return p
+}
+
+// String names the pin.
+func (p *fakePin) String() string { return "GPIO17" }
+
+// Name names the pin.
+func (p *fakePin) Name() string { return "GPIO17" }
+
+// Number is the pin's GPIO number.
+func (p *fakePin) Number() int { return 17 }
+
+// Function says the pin is an input.
+func (p *fakePin) Function() string { return "In" }
+
+// Halt counts the call and, when haltWakes was set, ends every wait.
+func (p *fakePin) Halt() error {
+	p.halts.Add(1)
+	if p.halted != nil {
+		p.once.Do(func() { close(p.halted) })
+	}
+	return nil
+}
+
+// In sets the pull, which (as a pull would) takes the line to its level.
+func (p *fakePin) In(pull gpio.Pull, _ gpio.Edge) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pull = pull
+	switch pull {
+	case gpio.PullUp:
+		p.l = gpio.High
+	case gpio.PullDown:
+		p.l = gpio.Low
+	}
+	return p.inErr
+}
+
+// Read returns the line's level.
+func (p *fakePin) Read() gpio.Level {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.l
+}
+
+// WaitForEdge takes in one edge sent on edges, or gives up after timeout
+// or Halt.
+func (p *fakePin) WaitForEdge(timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.halted:
+		return false
+	case <-t.C:
+		return false
+	case l := <-p.edges:
+		_ = p.Out(l)
+		return true
+	}
+}
+
+// Pull returns the pull In set.
+func (p *fakePin) Pull() gpio.Pull {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pull
+}
+
+// DefaultPull reports no default.
+func (p *fakePin) DefaultPull() gpio.Pull { return gpio.PullNoChange }
+
+// Out sets the line's level without an edge.
+func (p *fakePin) Out(l gpio.Level) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.l = l
+	return nil
+}
+
+// PWM fails: the fake only switches.
+func (p *fakePin) PWM(gpio.Duty, physic.Frequency) error { return errors.New("fakePin: no PWM") }
+
+// openGPIOInForTest parses a gpio_in with opts and opens it on pin; it is
+// closed when the test ends.
+func openGPIOInForTest(t *testing.T, opts map[string]string, pin gpio.PinIO) *gpioIn {
+	t.Helper()
+	ps, open := parseSensorYAML(t, gpioInYAML, withOptions(opts))
+	if len(ps) > 0 {
+		t.Fatalf("problems: %+v", ps)
+	}
+	dev, err := open(Conn{Pin: pin})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev.(*gpioIn)
+}
+
+// sendEdge makes the fake line go to l, failing if the device does not take
+// the edge in.
+func sendEdge(t *testing.T, p *fakePin, l gpio.Level) {
+	t.Helper()
+	select {
+	case p.edges <- l:
+	case <-time.After(2 * time.Second):
+		t.Fatalf("the device did not take the edge to %s", l)
+	}
+}
+
+func readFirst(t *testing.T, d Device) float64 {
+	t.Helper()
+	vals := []float64{-1}
+	if err := d.Read(context.Background(), vals); err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	return vals[0]
+}
+
+// fired reports whether w's Changed fires within the given time; with
+// none, whether it has fired already.
+func fired(w Watcher, within time.Duration) bool {
+	if within == 0 {
+		select {
+		case <-w.Changed():
+			return true
+		default:
+			return false
+		}
+	}
+	select {
+	case <-w.Changed():
+		return true
+	case <-time.After(within):
+		return false
+	}
+}
+
+// eventuallyReads waits up to two seconds for d to read want.
+func eventuallyReads(t *testing.T, d Device, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got := readFirst(t, d)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Read = %v, want %v", got, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestGPIOInCleanEdge(t *testing.T) {
+	p := newFakePin(true)
+	d := openGPIOInForTest(t, nil, p)
+	var _ Watcher = d
+	if pull := p.Pull(); pull != gpio.PullUp {
+		t.Errorf("pull = %s, want up by default", pull)
+	}
+	if qs := d.Quantities(); len(qs) != 1 || qs[0] != (Quantity{Name: "state", Max: 1, Binary: true}) {
+		t.Errorf("Quantities = %+v", qs)
+	}
+	if got := d.String(); got != "gpio_in GPIO17 (state, both)" {
+		t.Errorf("String = %q", got)
+	}
+	// The pull-up holds the open contact high: active low, that is 0.
+	if got := readFirst(t, d); got != 0 {
+		t.Fatalf("open contact reads %v, want 0", got)
+	}
+	start := time.Now()
+	sendEdge(t, p, gpio.Low)
+	if !fired(d, 2*time.Second) {
+		t.Fatal("Changed did not fire on closing")
+	}
+	if took := time.Since(start); took < 20*time.Millisecond {
+		t.Errorf("change accepted after %s, before the 20ms debounce", took)
+	}
+	if got := readFirst(t, d); got != 1 {
+		t.Errorf("closed contact reads %v, want 1", got)
+	}
+	sendEdge(t, p, gpio.High)
+	if !fired(d, 2*time.Second) {
+		t.Fatal("Changed did not fire on opening")
+	}
+	if got := readFirst(t, d); got != 0 {
+		t.Errorf("opened contact reads %v, want 0", got)
+	}
+}
+
+func TestGPIOInBounce(t *testing.T) {
+	for _, mode := range []string{"state", "counter"} {
+		t.Run(mode, func(t *testing.T) {
+			p := newFakePin(true)
+			d := openGPIOInForTest(t, map[string]string{"mode": mode, "debounce": "100ms"}, p)
+			// A contact closing bounces: five edges well within 100 ms
+			// settle to one change.
+			for _, l := range []gpio.Level{gpio.Low, gpio.High, gpio.Low, gpio.High, gpio.Low} {
+				sendEdge(t, p, l)
+			}
+			if !fired(d, 2*time.Second) {
+				t.Fatal("Changed did not fire")
+			}
+			if got := readFirst(t, d); got != 1 {
+				t.Errorf("after the burst Read = %v, want 1", got)
+			}
+			if fired(d, 300*time.Millisecond) {
+				t.Error("the burst made a second change")
+			}
+			// A glitch that is back to the accepted level when the debounce
+			// time is over is no change at all.
+			sendEdge(t, p, gpio.High)
+			sendEdge(t, p, gpio.Low)
+			if fired(d, 300*time.Millisecond) {
+				t.Error("a glitch made a change")
+			}
+			if got := readFirst(t, d); got != 1 {
+				t.Errorf("after the glitch Read = %v, want 1", got)
+			}
+		})
+	}
+}
+
+func TestGPIOInCounter(t *testing.T) {
+	p := newFakePin(true)
+	d := openGPIOInForTest(t, map[string]string{"mode": "counter", "debounce": "0s"}, p)
+	if qs := d.Quantities(); len(qs) != 1 || qs[0] != (Quantity{Name: "count", Max: 1e15, Total: true}) {
+		t.Errorf("Quantities = %+v", qs)
+	}
+	if got := d.String(); got != "gpio_in GPIO17 (counter, falling)" {
+		t.Errorf("String = %q", got)
+	}
+	const pulses = 25
+	for range pulses {
+		sendEdge(t, p, gpio.Low)
+		sendEdge(t, p, gpio.High)
+	}
+	eventuallyReads(t, d, pulses)
+	time.Sleep(20 * time.Millisecond)
+	if got := readFirst(t, d); got != pulses {
+		t.Errorf("count = %v, want %d", got, pulses)
+	}
+}
+
+func TestGPIOInEdgeFilter(t *testing.T) {
+	// Three falling edges and two rising ones.
+	seq := []gpio.Level{gpio.Low, gpio.High, gpio.Low, gpio.High, gpio.Low}
+	for _, tc := range []struct {
+		edge string
+		want float64
+	}{{"falling", 3}, {"rising", 2}, {"both", 5}} {
+		t.Run("counter "+tc.edge, func(t *testing.T) {
+			p := newFakePin(true)
+			d := openGPIOInForTest(t, map[string]string{"mode": "counter", "edge": tc.edge, "debounce": "0s"}, p)
+			for _, l := range seq {
+				sendEdge(t, p, l)
+			}
+			eventuallyReads(t, d, tc.want)
+			time.Sleep(20 * time.Millisecond)
+			if got := readFirst(t, d); got != tc.want {
+				t.Errorf("count = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("state falling", func(t *testing.T) {
+		p := newFakePin(true)
+		d := openGPIOInForTest(t, map[string]string{"edge": "falling", "debounce": "5ms"}, p)
+		sendEdge(t, p, gpio.Low)
+		if !fired(d, 2*time.Second) {
+			t.Fatal("Changed did not fire on a falling edge")
+		}
+		// The rising edge still updates the state, but does not wake the
+		// poller: the next poll picks it up.
+		sendEdge(t, p, gpio.High)
+		eventuallyReads(t, d, 0)
+		if fired(d, 50*time.Millisecond) {
+			t.Error("Changed fired on a rising edge")
+		}
+	})
+}
+
+func TestGPIOInChangedCoalesces(t *testing.T) {
+	p := newFakePin(true)
+	d := openGPIOInForTest(t, map[string]string{"mode": "counter", "debounce": "0s"}, p)
+	if c := cap(d.Changed()); c != 1 {
+		t.Fatalf("cap(Changed()) = %d, want 1", c)
+	}
+	for range 5 {
+		sendEdge(t, p, gpio.Low)
+		sendEdge(t, p, gpio.High)
+	}
+	eventuallyReads(t, d, 5)
+	if !fired(d, 0) {
+		t.Fatal("Changed did not fire")
+	}
+	if fired(d, 20*time.Millisecond) {
+		t.Error("five pulses queued more than one wake-up")
+	}
+}
+
+func TestGPIOInPullAndPolarity(t *testing.T) {
+	t.Run("pull down is active high", func(t *testing.T) {
+		p := newFakePin(true)
+		d := openGPIOInForTest(t, map[string]string{"pull": "down"}, p)
+		if pull := p.Pull(); pull != gpio.PullDown {
+			t.Errorf("pull = %s, want down", pull)
+		}
+		if got := readFirst(t, d); got != 0 {
+			t.Errorf("low line reads %v, want 0", got)
+		}
+		sendEdge(t, p, gpio.High)
+		if !fired(d, 2*time.Second) || readFirst(t, d) != 1 {
+			t.Error("high line does not read 1")
+		}
+	})
+	t.Run("no pull, active low", func(t *testing.T) {
+		p := newFakePin(true)
+		p.l = gpio.Low // an external circuit holds the line low
+		d := openGPIOInForTest(t, map[string]string{"pull": "none", "active_low": "true"}, p)
+		if pull := p.Pull(); pull != gpio.Float {
+			t.Errorf("pull = %s, want none (float)", pull)
+		}
+		if got := readFirst(t, d); got != 1 {
+			t.Errorf("low line reads %v, want 1", got)
+		}
+	})
+	t.Run("pull up, active high", func(t *testing.T) {
+		p := newFakePin(true)
+		d := openGPIOInForTest(t, map[string]string{"active_low": "false"}, p)
+		if got := readFirst(t, d); got != 1 {
+			t.Errorf("high line reads %v, want 1", got)
+		}
+	})
+}
+
+func TestGPIOInMissedEdge(t *testing.T) {
+	t.Parallel()
+	p := newFakePin(true)
+	d := openGPIOInForTest(t, nil, p)
+	// The line changes with no edge reported: the quiet line is read
+	// again after gpioEdgeWait.
+	if err := p.Out(gpio.Low); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(d, gpioEdgeWait+time.Second) {
+		t.Fatal("a change without an edge was never picked up")
+	}
+	if got := readFirst(t, d); got != 1 {
+		t.Errorf("Read = %v, want 1", got)
+	}
+}
+
+// closeWithin closes d and fails t if that takes longer than limit.
+func closeWithin(t *testing.T, d Device, limit time.Duration) {
+	t.Helper()
+	start := time.Now()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > limit {
+		t.Errorf("Close took %s, more than %s", took, limit)
+	}
+}
+
+// goroutineGone fails t if something still takes edges from p.
+func goroutineGone(t *testing.T, p *fakePin) {
+	t.Helper()
+	select {
+	case p.edges <- gpio.Low:
+		t.Error("an edge was taken after Close")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func TestGPIOInClose(t *testing.T) {
+	t.Run("halt interrupts the wait", func(t *testing.T) {
+		p := newFakePin(true)
+		d := openGPIOInForTest(t, nil, p)
+		time.Sleep(10 * time.Millisecond) // let the goroutine start waiting
+		closeWithin(t, d, 200*time.Millisecond)
+		if p.halts.Load() == 0 {
+			t.Error("Close did not halt the pin")
+		}
+		goroutineGone(t, p)
+		if err := d.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	})
+	t.Run("halt does nothing", func(t *testing.T) {
+		t.Parallel()
+		p := newFakePin(false)
+		d := openGPIOInForTest(t, nil, p)
+		time.Sleep(10 * time.Millisecond) // let the goroutine start waiting
+		closeWithin(t, d, gpioEdgeWait+500*time.Millisecond)
+		goroutineGone(t, p)
+	})
+	t.Run("during a long debounce", func(t *testing.T) {
+		p := newFakePin(true)
+		d := openGPIOInForTest(t, map[string]string{"debounce": "10s"}, p)
+		sendEdge(t, p, gpio.Low)
+		closeWithin(t, d, 200*time.Millisecond)
+	})
+}
+
+func TestGPIOInOpenFailures(t *testing.T) {
+	_, open := parseSensorYAML(t, gpioInYAML, nil)
+	p := newFakePin(true)
+	p.inErr = errors.New("edge detection not supported")
+	_, err := open(Conn{Pin: p})
+	if err == nil || !strings.Contains(err.Error(), "gpio_in GPIO17") || !strings.Contains(err.Error(), "edge detection") {
+		t.Errorf("open = %v; want an error naming the pin and edge detection", err)
+	}
+	if _, err := open(Conn{}); err == nil {
+		t.Error("open without a pin succeeded")
+	}
+}
+
+func TestGPIOInParse(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		edit       func(*config.Sensor)
+		path, want string
+	}{
+		{"mode", withOptions(map[string]string{"mode": "toggle"}),
+			"sensors[0].options.mode", `"toggle" is not allowed; use one of state, counter`},
+		{"edge", withOptions(map[string]string{"edge": "up"}),
+			"sensors[0].options.edge", `"up" is not allowed; use one of rising, falling, both`},
+		{"pull", withOptions(map[string]string{"pull": "sideways"}),
+			"sensors[0].options.pull", `"sideways" is not allowed; use one of up, down, none`},
+		{"active_low", withOptions(map[string]string{"active_low": "maybe"}),
+			"sensors[0].options.active_low", `"maybe" is not allowed; use true or false`},
+		{"debounce too long", withOptions(map[string]string{"debounce": "20s"}),
+			"sensors[0].options.debounce", `"20s" is not allowed; use a duration from 0s to 10s, such as 20ms`},
+		{"debounce negative", withOptions(map[string]string{"debounce": "-1ms"}),
+			"sensors[0].options.debounce", "use a duration from 0s to 10s"},
+		{"debounce no unit", withOptions(map[string]string{"debounce": "20"}),
+			"sensors[0].options.debounce", "use a duration from 0s to 10s"},
+		{"unknown option", withOptions(map[string]string{"invert": "true"}),
+			"sensors[0].options.invert", "unknown option for gpio_in; known options: active_low, debounce, edge, mode, pull"},
+		{"bus", func(sc *config.Sensor) { sc.Bus = "1" },
+			"sensors[0].bus", `"1" is not allowed for gpio_in; use gpio`},
+		{"address", func(sc *config.Sensor) { sc.Address = "" },
+			"sensors[0].address", "required: the pin name, such as GPIO17"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps, _ := parseSensorYAML(t, gpioInYAML, tc.edit)
+			wantProblem(t, ps, tc.path, tc.want)
+		})
+	}
+
+	// Every problem at once, not the first.
+	ps, _ := parseSensorYAML(t, gpioInYAML, withOptions(map[string]string{"mode": "x", "edge": "y", "debounce": "z"}))
+	if len(ps) != 3 {
+		t.Errorf("problems = %+v; want three", ps)
+	}
+}
+
+func TestGPIOInProblemLine(t *testing.T) {
+	doc := "sensors:\n" +
+		"  - name: door\n" +
+		"    kind: gpio_in\n" +
+		"    bus: gpio\n" +
+		"    address: GPIO17\n" +
+		"    interval: 1m\n" +
+		"    options:\n" +
+		"      debounce: 20s\n"
+	_, err := config.Parse("site.yaml", []byte(doc))
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("config.Parse = %v; want a *config.Error", err)
+	}
+	if len(ce.Problems) != 1 {
+		t.Fatalf("problems = %+v", ce.Problems)
+	}
+	p := ce.Problems[0]
+	if p.File != "site.yaml" || p.Line != 8 || p.Path != "sensors[0].options.debounce" {
+		t.Errorf("problem at %s:%d %s; want site.yaml:8 sensors[0].options.debounce", p.File, p.Line, p.Path)
+	}
+}
+
+func TestGPIOInReadAllocs(t *testing.T) {
+	for _, mode := range []string{"state", "counter"} {
+		p := newFakePin(true)
+		d := openGPIOInForTest(t, map[string]string{"mode": mode}, p)
+		ctx := context.Background()
+		vals := []float64{0}
+		if allocs := testing.AllocsPerRun(1000, func() { _ = d.Read(ctx, vals) }); allocs != 0 {
+			t.Errorf("%s: Read allocates %.1f times; want 0", mode, allocs)
+		}
+	}
+}
+
+// TestGPIOInOnSimulatedPin follows the simulated door contact, whose
+// schedule stands still on a clock that does not move.
+func TestGPIOInOnSimulatedPin(t *testing.T) {
+	at := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	w := sim.New(3, sim.WithClock(func() time.Time { return at }))
+	pin, err := (&Buses{Sim: w}).Pin(SimBus, sim.PinDoor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(gpioInYAML, "bus: gpio, address: GPIO17", "bus: sim, address: "+sim.PinDoor, 1)
+	ps, open := parseSensorYAML(t, doc, withOptions(map[string]string{"debounce": "5ms"}))
+	if len(ps) > 0 {
+		t.Fatalf("problems: %+v", ps)
+	}
+	dev, err := open(Conn{Pin: pin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dev.(*gpioIn)
+	before := readFirst(t, d)
+	if err := w.Toggle(sim.PinDoor); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(d, 2*time.Second) {
+		t.Fatal("Changed did not fire on a toggle")
+	}
+	if got := readFirst(t, d); got != 1-before {
+		t.Errorf("after a toggle Read = %v, want %v", got, 1-before)
+	}
+	closeWithin(t, d, 200*time.Millisecond)
+}
+
+func BenchmarkGPIOInRead(b *testing.B) {
+	d, err := openGPIOIn(newFakePin(true), "GPIO17", gpioInOpts{counter: true, edge: gpio.FallingEdge, pull: gpio.PullUp, activeLow: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	benchmarkRead(b, d)
+}
+
+// TestGPIOInOnPeriphTestPin drives the driver through periph's own
+// gpiotest.Pin, whose edges arrive on EdgesChan carrying the new level: a
+// door contact in state mode and a meter in counter mode.
+func TestGPIOInOnPeriphTestPin(t *testing.T) {
+	door := &gpiotest.Pin{N: "GPIO5", Num: 5, EdgesChan: make(chan gpio.Level)}
+	d := openGPIOInForTest(t, map[string]string{"debounce": "5ms"}, door)
+	send := func(p *gpiotest.Pin, l gpio.Level) {
+		t.Helper()
+		select {
+		case p.EdgesChan <- l:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("the device did not take the edge to %s", l)
+		}
+	}
+	// Pull-up and active low: the line rests high (contact open, 0); a
+	// closed contact pulls it low and reads 1.
+	if got := readFirst(t, d); got != 0 {
+		t.Fatalf("state at rest = %v, want 0", got)
+	}
+	send(door, gpio.Low)
+	if !fired(d, 2*time.Second) {
+		t.Fatal("Changed did not fire for the closed contact")
+	}
+	eventuallyReads(t, d, 1)
+	send(door, gpio.High)
+	eventuallyReads(t, d, 0)
+
+	meter := &gpiotest.Pin{N: "GPIO6", Num: 6, EdgesChan: make(chan gpio.Level)}
+	m := openGPIOInForTest(t, map[string]string{"mode": "counter", "debounce": "0s"}, meter)
+	for range 7 {
+		send(meter, gpio.Low)
+		send(meter, gpio.High)
+	}
+	eventuallyReads(t, m, 7)
+}
