@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -308,4 +309,29 @@ func readRetained(t *testing.T, path, filter string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestREADMEConfigurationParses keeps the README's configuration example
+// true: it must be accepted, sensor drivers and their options included.
+func TestREADMEConfigurationParses(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "## Configuration")
+	if !ok {
+		t.Fatal("README has no Configuration section")
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("README's Configuration section has no yaml block")
+	}
+	cfg, err := config.Parse("README.md", []byte(block))
+	if err != nil {
+		t.Fatalf("the README's example configuration is rejected:\n%v", err)
+	}
+	if len(cfg.Sensors) < 2 || len(cfg.Outputs) < 1 {
+		t.Errorf("parsed %d sensors and %d outputs; the example shows sensors and an output", len(cfg.Sensors), len(cfg.Outputs))
+	}
 }

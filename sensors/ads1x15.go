@@ -131,6 +131,7 @@ func parseADS1x15(s *Spec, rates []string) Opener {
 		qs = append(qs, q)
 	}
 	kind, addr := s.Kind, s.Addr
+	s.Quantities = qs // known from the channels: discovery need not wait for the chip
 	return func(c Conn) (Device, error) { return openADS1x15(c.I2C, kind, addr, maxV, rate, ins, qs) }
 }
 

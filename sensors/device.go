@@ -29,8 +29,10 @@ type Device interface {
 	// Quantities lists what Read reports, in order; it does not change
 	// while the device is open.
 	Quantities() []Quantity
-	// Read takes one reading into vals, one value per quantity. A value it
-	// could not take this time is NaN; an error means none was taken.
+	// Read takes one reading into vals, one value per quantity. A value
+	// outside its quantity's range is NaN (or left for the poller to
+	// drop); either way it is counted as implausible and not published.
+	// An error means no value was taken.
 	// ctx carries the read timeout; drivers check it between bus
 	// transactions and while waiting for a conversion.
 	Read(ctx context.Context, vals []float64) error

@@ -547,10 +547,9 @@ func (s *sensor) publish(ctx context.Context) {
 	var pubErr error
 	for i, v := range s.vals {
 		q := &s.quants[i]
-		if math.IsNaN(v) {
-			continue
-		}
-		if math.IsInf(v, 0) || v < q.Min || v > q.Max {
+		// NaN is a value the driver dropped as implausible (outside the
+		// chip's range, or an overflow); the rest are checked here.
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < q.Min || v > q.Max {
 			s.count(ReasonImplausible)
 			s.vals[i] = math.NaN()
 			continue

@@ -422,7 +422,7 @@ func TestPollerImplausibleValuesAreCountedNotPublished(t *testing.T) {
 	dev := &script{quant: []Quantity{tempQuantity, {Name: "humidity", Unit: "%", Decimals: 1, Max: 100}}, steps: []step{
 		{vals: []float64{150, 40}},          // temperature past the chip's range
 		{vals: []float64{20, math.Inf(1)}},  // humidity infinite
-		{vals: []float64{math.NaN(), 41.2}}, // temperature not available this time
+		{vals: []float64{math.NaN(), 41.2}}, // temperature dropped by the driver
 	}}
 	p, clock, rec := pollerFor(t, `  - name: c
     kind: test-script
@@ -438,8 +438,8 @@ func TestPollerImplausibleValuesAreCountedNotPublished(t *testing.T) {
 	if v, _, _ := reading(t, temps[0]); v != 20 {
 		t.Errorf("temperature %v, want 20", v)
 	}
-	if st := p.Stats()[0]; st.Failures[ReasonImplausible] != 2 {
-		t.Errorf("implausible count %d, want 2", st.Failures[ReasonImplausible])
+	if st := p.Stats()[0]; st.Failures[ReasonImplausible] != 3 {
+		t.Errorf("implausible count %d, want 3", st.Failures[ReasonImplausible])
 	}
 }
 
