@@ -25,7 +25,7 @@ FUZZTIME ?= 30s
 SOAK_KILLS ?= 100
 
 .PHONY: build cross run lint test test-unit test-fuzz test-bench-module \
-	bench bench-matcher fuzz fuzz-broker soak qemu-check tools staticcheck system-packages clean help
+	bench bench-matcher fuzz fuzz-broker soak qemu-check qemu-sensors tools staticcheck system-packages clean help
 
 ## help: this list
 help:
@@ -61,7 +61,7 @@ lint: staticcheck
 ## test: every check, in one run, with a summary at the end
 # Each step runs even when an earlier one failed, so one run shows every
 # failure; the tools step is the exception, since the rest depends on it.
-TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check
+TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check qemu-sensors
 
 test: tools
 	@passed=0; failed=0; summary=""; \
@@ -142,6 +142,17 @@ qemu-check: cross system-packages
 		echo "qemu-check: the armv7 binary ran on an ARMv6 cpu, so the armv6 check proves nothing"; exit 1; \
 	fi; \
 	echo "qemu-check: armv6, armv7 and arm64 binaries run; armv7 rightly fails on an ARMv6 cpu"
+
+## qemu-sensors: the sensor drivers' tests and the simulated bus, built for arm64 and run under emulation
+# Register decoding, CRCs and scaling run on the architecture they ship for.
+qemu-sensors: system-packages
+	@set -e; mkdir -p bin; \
+	for pkg in sensors sensors/sim; do \
+		out=bin/$$(echo $$pkg | tr / -).arm64.test; \
+		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $$out ./$$pkg; \
+		echo "+ qemu-aarch64-static $$out"; \
+		( cd $$pkg && qemu-aarch64-static $(CURDIR)/$$out -test.count=1 ); \
+	done
 
 ## tools: install staticcheck, qemu-user-static, gcc (for -race) and the mosquitto clients when missing
 tools: staticcheck system-packages

@@ -5,6 +5,7 @@
 //	fieldgate check [-config FILE]  validate a configuration, listing every problem
 //	fieldgate passwd [-D] FILE USER set (from stdin) or delete a user's password
 //	fieldgate db check|stats        verify the state file, or print what it holds
+//	fieldgate sensors scan [-bus N] probe an I²C bus and name what answers
 //	fieldgate version               print version, commit, Go version and target
 //
 // Without -config, the configuration embedded in the binary is used.
@@ -58,6 +59,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdPasswd(args[1:], os.Stdin, stdout, stderr)
 	case "db":
 		return cmdDB(args[1:], stdout, stderr)
+	case "sensors":
+		return cmdSensors(args[1:], stdout, stderr)
 	case "version":
 		printVersion(stdout)
 		return 0
@@ -79,6 +82,7 @@ commands:
   passwd [-D] FILE USER set USER's password in FILE from stdin, or delete USER
   db check|stats [-config FILE | -path STATE.db]
                         verify the state file, or print what it holds (gateway stopped)
+  sensors scan [-bus N] list the devices answering on I²C bus N (default 1), or sim
   version               print version, commit, Go version and target
   help                  print this text
 

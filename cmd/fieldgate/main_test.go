@@ -83,7 +83,9 @@ listeners:
     address: 127.0.0.1:0
 sensors:
   - name: t1
-    kind: simulated
+    kind: bme280
+    bus: sim
+    address: "0x76"
     interval: 1s
 `
 
@@ -97,8 +99,11 @@ listeners:
     adress: 127.0.0.1:1883
 sensors:
   - name: t1
-    kind: simulated
+    kind: bme280
+    bus: sim
+    address: "0x50"
     interval: 0s
+    options: {oversampling: 3x}
 `)
 
 	tests := []struct {
@@ -118,7 +123,9 @@ sensors:
 			bad + `:2: log.level: "loud" is not allowed; use one of debug, info, warn, error`,
 			bad + ":4: listeners[0].address: required",
 			bad + ":6: listeners[0].adress: unknown key (did you mean \"address\"?)",
-			bad + ":10: sensors[0].interval: must be positive",
+			bad + `:11: sensors[0].address: a bme280 answers only at 0x76 or 0x77, not 0x50`,
+			bad + ":12: sensors[0].interval: must be positive",
+			bad + `:13: sensors[0].options.oversampling: "3x" is not allowed`,
 		}},
 		{"check missing file", []string{"check", "-config", filepath.Join(t.TempDir(), "none.yaml")}, 1,
 			nil, []string{"no such file"}},
@@ -148,8 +155,8 @@ sensors:
 
 	// One problem per line, and nothing else, so scripts can count them.
 	r := runBinary(t, "check", "-config", bad)
-	if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); len(lines) != 4 {
-		t.Errorf("check printed %d lines, want 4 problems:\n%s", len(lines), r.stderr)
+	if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); len(lines) != 6 {
+		t.Errorf("check printed %d lines, want 6 problems:\n%s", len(lines), r.stderr)
 	}
 }
 
