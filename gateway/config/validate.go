@@ -184,6 +184,10 @@ func (c *Config) problems() []Problem {
 		k.oneOf(p+".safe_state", o.SafeState, "off", "on")
 		k.intRange(p+".qos", o.QoS, 0, 2, "1")
 	}
+	bridges := map[string]string{}
+	for i, b := range c.Bridges {
+		k.bridge(fmt.Sprintf("bridges[%d]", i), b, bridges)
+	}
 	for _, check := range extraChecks {
 		k.problems = append(k.problems, check(c)...)
 	}
@@ -218,6 +222,107 @@ func (k *checker) gateway(g Gateway) {
 		} else if err := matcher.ValidateTopic(kv[1]); err != nil || strings.HasPrefix(kv[1], "$") {
 			k.fail(kv[0], "%q cannot begin a topic: use levels without wildcards or a leading $, such as site-7/fieldgate", kv[1])
 		}
+	}
+}
+
+func (k *checker) bridge(p string, b Bridge, names map[string]string) {
+	k.name(p+".name", b.Name, names)
+	if b.Address == "" {
+		k.fail(p+".address", "required: the cloud broker's host:port, such as mqtt.example.com:8883")
+	} else {
+		k.hostPort(p+".address", b.Address, "mqtt.example.com:8883")
+	}
+	k.oneOf(p+".protocol", b.Protocol, "auto", "5", "3.1.1")
+	if b.Password != "" && b.PasswordFile != "" {
+		k.fail(p+".password_file", "set together with password; keep one")
+	}
+	if (b.TLS.Cert == "") != (b.TLS.Key == "") {
+		k.fail(p+".tls.key", "cert and key go together for mutual TLS; set both or neither")
+	}
+	if !b.TLS.Enabled && b.TLS != (BridgeTLS{}) {
+		k.fail(p+".tls.enabled", "TLS settings given but tls.enabled is false; set it to true")
+	}
+	if b.KeepAlive < time.Second || b.KeepAlive > maxMQTTKeepalive {
+		k.fail(p+".keepalive", "%s is out of range; use 1s to 18h12m15s, such as 60s", b.KeepAlive)
+	}
+	if d := b.SessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
+		k.fail(p+".session_expiry", "%s is not allowed; use whole seconds up to %s, such as 24h", d, maxSessionExpiry)
+	}
+	if b.ReconnectMin <= 0 || b.ReconnectMax < b.ReconnectMin {
+		k.fail(p+".reconnect_max", "want 0 < reconnect_min (%s) <= reconnect_max (%s), such as 1s and 2m", b.ReconnectMin, b.ReconnectMax)
+	}
+	if b.AckTimeout < time.Second {
+		k.fail(p+".ack_timeout", "%s is too short; use 1s or more, such as 30s", b.AckTimeout)
+	}
+	k.intRange(p+".max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "32")
+	k.intRange(p+".rate", b.Rate, 0, 1<<20, "500, or 0 for unpaced")
+	k.intRange(p+".max_outbox_bytes", b.MaxOutboxBytes, 64<<10, 1<<40, "67108864 (64 MiB)")
+	if b.MaxOutboxAge < time.Minute {
+		k.fail(p+".max_outbox_age", "%s is too short; use 1m or more, such as 168h", b.MaxOutboxAge)
+	}
+	if len(b.Out) == 0 && len(b.In) == 0 {
+		k.fail(p, "has no routes; add out: or in: routes")
+	}
+	for j, r := range b.Out {
+		rp := fmt.Sprintf("%s.out[%d]", p, j)
+		k.routeFilter(rp+".filter", r.Filter)
+		k.template(rp+".topic", r.Topic)
+		k.intRange(rp+".qos", r.QoS, 0, 2, "1")
+		k.oneOf(rp+".class", r.Class, ClassTelemetry, ClassAlarm, ClassState)
+		if r.MemoryOnly && r.QoS != 0 {
+			k.fail(rp+".memory_only", "only for qos 0 routes: QoS 1/2 messages are kept on disk until acknowledged")
+		}
+	}
+	for j, r := range b.In {
+		rp := fmt.Sprintf("%s.in[%d]", p, j)
+		k.routeFilter(rp+".filter", r.Filter)
+		k.template(rp+".topic", r.Topic)
+		k.intRange(rp+".qos", r.QoS, 0, 2, "1")
+	}
+}
+
+// routeFilter checks a route's filter, with {device} standing for a level.
+func (k *checker) routeFilter(path, f string) {
+	if f == "" {
+		k.fail(path, "required: a topic filter such as fieldgate/{device}/#")
+		return
+	}
+	if err := matcher.ValidateFilter(strings.ReplaceAll(f, "{device}", "device")); err != nil {
+		k.fail(path, "%q is not a valid topic filter: %v", f, err)
+	}
+}
+
+// template checks a topic template: placeholders {topic}, {device} and
+// {1}…{99}, the rest literal, rendering a topic without wildcards.
+func (k *checker) template(path, t string) {
+	if t == "" {
+		k.fail(path, "required: a topic template such as site-7/{topic}")
+		return
+	}
+	rest := t
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i])
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			k.fail(path, "%q has a { without its }", t)
+			return
+		}
+		name := rest[i+1 : i+j]
+		if n, err := strconv.Atoi(name); name != "topic" && name != "device" && (err != nil || n < 1 || n > 99) {
+			k.fail(path, "%q has an unknown placeholder {%s}; use {topic}, {device} or a level number such as {2}", t, name)
+			return
+		}
+		b.WriteString("x")
+		rest = rest[i+j+1:]
+	}
+	if err := matcher.ValidateTopic(b.String()); err != nil {
+		k.fail(path, "%q does not make a valid topic: %v", t, err)
 	}
 }
 
