@@ -439,3 +439,68 @@ outputs:
 		}
 	}
 }
+
+func TestBridgeDefaultsAndProblems(t *testing.T) {
+	good := `bridges:
+  - name: cloud
+    address: mqtt.example.com:8883
+    tls: {enabled: true, ca_file: /etc/fieldgate/ca.pem}
+    out:
+      - {filter: "fieldgate/{device}/#", topic: "sites/{device}/{3}/{4}"}
+      - {filter: "alarms/#", class: alarm, qos: 2}
+      - {filter: "debug/#", qos: 0, memory_only: true}
+    in:
+      - {filter: "commands/{device}/#", topic: "fieldgate/{device}/{3}/set"}
+`
+	cfg, err := Parse("b.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.Bridges[0]
+	if b.Protocol != "auto" || b.KeepAlive != time.Minute || b.ReconnectMax != 2*time.Minute || b.MaxInflight != 32 || b.MaxOutboxBytes != 64<<20 {
+		t.Errorf("bridge defaults not applied: %+v", b)
+	}
+	if r := b.Out[0]; r.QoS != 1 || r.Class != ClassTelemetry {
+		t.Errorf("out-route defaults not applied: %+v", r)
+	}
+	if r := b.In[0]; r.QoS != 1 {
+		t.Errorf("in-route defaults not applied: %+v", r)
+	}
+
+	bad := `bridges:
+  - name: cloud
+    address: nowhere
+    protocol: "4"
+    password: x
+    password_file: /p
+    tls: {cert: c.pem}
+    out:
+      - {filter: "a/#/b", topic: "x/{nope}"}
+      - {filter: "a/#", class: urgent, qos: 1, memory_only: true}
+    in:
+      - {filter: "", topic: "x/+"}
+  - name: cloud
+    address: a:1
+`
+	_, err = Parse("bad.yaml", []byte(bad))
+	got := problemsOf(t, err)
+	for _, w := range []wantProblem{
+		{3, "bridges[0].address", "not host:port"},
+		{4, "bridges[0].protocol", "use one of auto, 5, 3.1.1"},
+		{6, "bridges[0].password_file", "keep one"},
+		{7, "bridges[0].tls.key", "set both or neither"},
+		{7, "bridges[0].tls.enabled", "set it to true"},
+		{9, "bridges[0].out[0].filter", "not a valid topic filter"},
+		{9, "bridges[0].out[0].topic", "unknown placeholder {nope}"},
+		{10, "bridges[0].out[1].class", "use one of telemetry, alarm, state"},
+		{10, "bridges[0].out[1].memory_only", "only for qos 0"},
+		{12, "bridges[0].in[0].filter", "required"},
+		{12, "bridges[0].in[0].topic", "does not make a valid topic"},
+		{13, "bridges[1].name", "already the name"},
+		{13, "bridges[1]", "has no routes"},
+	} {
+		if !hasProblem(got, w) {
+			t.Errorf("missing problem at line %d %s (%s); got:\n%v", w.line, w.path, w.msg, err)
+		}
+	}
+}
