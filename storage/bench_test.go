@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,5 +119,105 @@ func BenchmarkVerifyFile(b *testing.B) {
 		if err := verifyFile(db.Path(), st.PageSize); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkOutboxPutCommit: each op is one durable commit of outbox puts
+// of 200-byte messages, as the broker writes them: one put a batch, a
+// batch of 100 (a burst, or a bridge's catch-up), or single-put batches
+// from 100 publishers at once, which the committer groups.
+func BenchmarkOutboxPutCommit(b *testing.B) {
+	payload := make([]byte, 200)
+	entry := func(seq uint64) *OutboxEntry {
+		return &OutboxEntry{Seq: seq, Route: 1, Added: int64(seq), Msg: Message{Topic: "site/gh-1/temp", Payload: payload, QoS: 1}}
+	}
+	for _, bc := range []struct {
+		name             string
+		puts, committers int
+	}{
+		{"puts=1", 1, 1},
+		{"puts=100", 100, 1},
+		{"committers=100", 1, 100},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			db := openTemp(b, Options{})
+			var next atomic.Uint64
+			var wg sync.WaitGroup
+			before := db.CommitStats()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range bc.committers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						first := next.Add(uint64(bc.puts)) - uint64(bc.puts) + 1
+						if first > uint64(b.N*bc.puts) {
+							return
+						}
+						var batch Batch
+						for seq := first; seq < first+uint64(bc.puts); seq++ {
+							batch.OutboxPut("cloud", entry(seq))
+						}
+						if err := db.CommitWait(&batch); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			entries := float64(b.N * bc.puts)
+			b.ReportMetric(entries/b.Elapsed().Seconds(), "entries/s")
+			b.ReportMetric(float64(db.CommitStats().Commits-before.Commits)/entries, "commits/entry")
+		})
+	}
+}
+
+// BenchmarkOutboxScan reads an outbox of 10,000 entries of 200-byte
+// messages: all of it, as a bridge does after a long outage, or a window
+// of 100, as it does while connected. Every entry is the caller's own
+// copy: three allocations (the entry, its topic, its payload).
+func BenchmarkOutboxScan(b *testing.B) {
+	const n = 10_000
+	db := openTemp(b, Options{})
+	payload := make([]byte, 200)
+	var batch Batch
+	for seq := uint64(1); seq <= n; seq++ {
+		batch.OutboxPut("cloud", &OutboxEntry{Seq: seq, Route: 1, Added: int64(seq), Msg: Message{Topic: "site/gh-1/temp", Payload: payload, QoS: 1}})
+	}
+	if err := db.CommitWait(&batch); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name  string
+		after uint64
+		max   int
+	}{
+		{"all", 0, 0},
+		{"window=100", n / 2, 100},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			want := n - int(bc.after)
+			if bc.max > 0 {
+				want = bc.max
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			mallocs := ms.Mallocs
+			b.ReportAllocs()
+			for b.Loop() {
+				got := 0
+				err := db.OutboxScan("cloud", bc.after, bc.max, func(*OutboxEntry) bool { got++; return true })
+				if err != nil || got != want {
+					b.Fatalf("%d entries, %v; want %d", got, err, want)
+				}
+			}
+			runtime.ReadMemStats(&ms)
+			entries := float64(b.N * want)
+			b.ReportMetric(entries/b.Elapsed().Seconds(), "entries/s")
+			b.ReportMetric(float64(ms.Mallocs-mallocs)/entries, "allocs/entry")
+		})
 	}
 }

@@ -12,7 +12,8 @@ import (
 // Check verifies the file: bbolt's own page consistency, then fieldgate's
 // invariants (every record decodes, every subscription, queued message and
 // awaiting identifier belongs to a stored session, in-flight packet
-// identifiers are unique per session). It returns every problem found;
+// identifiers are unique per session, every outbox is a bucket of entries
+// keyed by a sequence from 1). It returns every problem found;
 // none means the file is sound.
 func (db *DB) Check() []string {
 	var problems []string
@@ -126,6 +127,27 @@ func (db *DB) Check() []string {
 				}
 				return nil
 			})
+			each(bucketOutbox, func(bridge, v []byte) error {
+				if v != nil {
+					add("outbox: key %q is a record, want a bridge's bucket", bridge)
+					return nil
+				}
+				return tx.Bucket(bucketOutbox).Bucket(bridge).ForEach(func(k, v []byte) error {
+					switch {
+					case v == nil:
+						add("outbox %q: key %q is a bucket, want an entry", bridge, k)
+					case len(k) != 8:
+						add("outbox %q: key %q has no 8-byte sequence", bridge, k)
+					case binary.BigEndian.Uint64(k) == 0:
+						add("outbox %q: entry with sequence 0, which no scan returns", bridge)
+					default:
+						if _, _, _, ok := splitOutbox(v); !ok {
+							add("outbox %q: record of sequence %d does not decode", bridge, binary.BigEndian.Uint64(k))
+						}
+					}
+					return nil
+				})
+			})
 			return nil
 		})
 	})
@@ -150,10 +172,17 @@ func (s shortKeys) ValueToString(v []byte) string { return s.KeyToString(v) }
 // BucketStats describes one bucket for fieldgate db stats.
 type BucketStats struct {
 	Name       string
-	Keys       int
+	Keys       int // including those in nested buckets: the outbox's bridges and their entries
 	KeyBytes   int64
 	ValueBytes int64
 	Pages      int // leaf and branch pages in use
+}
+
+// OutboxStats describes one bridge's outbox for fieldgate db stats.
+type OutboxStats struct {
+	Bridge string
+	OutboxInfo
+	Undecodable int // entries left out of OutboxInfo: they do not decode
 }
 
 // FileStats describes the whole file.
@@ -165,6 +194,7 @@ type FileStats struct {
 	Schema    int
 	Sessions  int
 	Buckets   []BucketStats
+	Outboxes  []OutboxStats // by bridge name
 }
 
 // Stats reads what the file holds, bucket by bucket.
@@ -179,14 +209,31 @@ func (db *DB) Stats() (FileStats, error) {
 				bs := BucketStats{Name: string(name)}
 				s := b.Stats()
 				bs.Pages = s.LeafPageN + s.BranchPageN
-				_ = b.ForEach(func(k, v []byte) error {
-					bs.Keys++
-					bs.KeyBytes += int64(len(k))
-					bs.ValueBytes += int64(len(v))
-					return nil
-				})
-				if bytes.Equal(name, bucketSessions) {
+				var count func(b *bolt.Bucket)
+				count = func(b *bolt.Bucket) {
+					_ = b.ForEach(func(k, v []byte) error {
+						bs.Keys++
+						bs.KeyBytes += int64(len(k))
+						bs.ValueBytes += int64(len(v))
+						if v == nil {
+							count(b.Bucket(k))
+						}
+						return nil
+					})
+				}
+				count(b)
+				switch {
+				case bytes.Equal(name, bucketSessions):
 					fs.Sessions = bs.Keys
+				case bytes.Equal(name, bucketOutbox):
+					_ = b.ForEach(func(k, v []byte) error {
+						if v == nil {
+							bad := &OutboxDecodeError{}
+							info := summarise(b.Bucket(k), bad)
+							fs.Outboxes = append(fs.Outboxes, OutboxStats{Bridge: string(k), OutboxInfo: info, Undecodable: len(bad.Seqs) + bad.BadKeys})
+						}
+						return nil
+					})
 				}
 				fs.Buckets = append(fs.Buckets, bs)
 				return nil

@@ -27,9 +27,74 @@ func TestCheckClean(t *testing.T) {
 		b.PutSession(&Session{ClientID: "b"})
 		b.Enqueue("b", &Queued{Seq: 1, PID: 1, Msg: Message{Topic: "x/1"}}) // pid 1 again, another session
 		b.SetRetained(&Message{Topic: "x/1"})
+		b.OutboxPut("cloud", entry(1))
+		b.OutboxPut("cloud", entry(2))
+		b.OutboxPut("backup", entry(1))
+		b.OutboxPut("emptied", entry(1))
+		b.OutboxDelete("emptied", 1)
 	})
 	if problems := db.Check(); len(problems) > 0 {
 		t.Fatalf("sound file: %q", problems)
+	}
+}
+
+// TestCheckOutbox plants what no outbox write makes and expects Check to
+// name each problem, and nothing else.
+func TestCheckOutbox(t *testing.T) {
+	db := openTemp(t, Options{})
+	commit(t, db, func(b *Batch) {
+		for seq := uint64(1); seq <= 4; seq++ {
+			b.OutboxPut("cloud", entry(seq))
+		}
+		b.OutboxPut("backup", entry(9))
+	})
+	path := db.Path()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rawUpdate(t, path, func(tx *bolt.Tx) error {
+		ob := tx.Bucket(bucketOutbox)
+		cloud := ob.Bucket([]byte("cloud"))
+		short := appendOutbox(nil, entry(2))
+		for _, p := range []struct{ k, v []byte }{
+			{outboxKeyBytes(2), short[:len(short)-len(entry(2).Msg.Payload)-3]},     // cut inside the topic
+			{outboxKeyBytes(3), append([]byte{0, 1, 0, 0, 0, 0, 0, 0, 0, 5}, 0x0b)}, // bad message flags
+			{[]byte{1, 2, 3}, appendOutbox(nil, entry(5))},
+			{outboxKeyBytes(0), appendOutbox(nil, entry(6))},
+		} {
+			if err := cloud.Put(p.k, p.v); err != nil {
+				return err
+			}
+		}
+		if _, err := cloud.CreateBucket(outboxKeyBytes(7)); err != nil {
+			return err
+		}
+		return ob.Put([]byte("stray"), []byte("not a bucket"))
+	})
+	ro, err := OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	problems := ro.Check()
+	all := strings.Join(problems, "\n")
+	for _, want := range []string{
+		`outbox "cloud": record of sequence 2 does not decode`,
+		`outbox "cloud": record of sequence 3 does not decode`,
+		`outbox "cloud": key "\x01\x02\x03" has no 8-byte sequence`,
+		`outbox "cloud": entry with sequence 0, which no scan returns`,
+		`outbox "cloud": key "\x00\x00\x00\x00\x00\x00\x00\a" is a bucket, want an entry`,
+		`outbox: key "stray" is a record, want a bridge's bucket`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("check did not report %s", want)
+		}
+	}
+	if len(problems) != 6 {
+		t.Errorf("%d problems, want 6:\n%s", len(problems), all)
+	}
+	if strings.Contains(all, "backup") || strings.Contains(all, "sequence 1 ") || strings.Contains(all, "sequence 4") {
+		t.Errorf("check reported a sound entry:\n%s", all)
 	}
 }
 
@@ -135,7 +200,7 @@ func TestCheckSchema(t *testing.T) {
 	}
 	defer ro.Close()
 	problems := strings.Join(ro.Check(), "\n")
-	for _, want := range []string{"schema version 00000001, want 2", "bucket rel is missing"} {
+	for _, want := range []string{"schema version 00000001, want 3", "bucket rel is missing"} {
 		if !strings.Contains(problems, want) {
 			t.Errorf("check did not report %q:\n%s", want, problems)
 		}
@@ -153,6 +218,9 @@ func TestStats(t *testing.T) {
 			b.AddAwaitingRel(id, 1)
 		}
 		b.SetRetained(&Message{Topic: "r", Payload: make([]byte, 100)})
+		b.OutboxPut("cloud", entry(4))
+		b.OutboxPut("cloud", entry(5))
+		b.OutboxPut("backup", entry(1))
 	})
 	st, err := db.Stats()
 	if err != nil {
@@ -161,7 +229,7 @@ func TestStats(t *testing.T) {
 	if st.Path != db.Path() || st.Schema != SchemaVersion || st.Sessions != 3 || st.PageSize <= 0 || st.Size < int64(4*st.PageSize) {
 		t.Errorf("file stats %+v", st)
 	}
-	want := map[string]int{"meta": 1, "queue": 3, "rel": 3, "retained": 1, "sessions": 3, "subs": 6}
+	want := map[string]int{"meta": 1, "queue": 3, "rel": 3, "retained": 1, "sessions": 3, "subs": 6, "outbox": 2 + 3}
 	var names []string
 	for _, b := range st.Buckets {
 		names = append(names, b.Name)
@@ -179,5 +247,15 @@ func TestStats(t *testing.T) {
 		if b.Name == "retained" && b.ValueBytes < 100 {
 			t.Errorf("retained value bytes %d", b.ValueBytes)
 		}
+		if want := int64(len(appendOutbox(nil, entry(4))) + len(appendOutbox(nil, entry(5))) + len(appendOutbox(nil, entry(1)))); b.Name == "outbox" && b.ValueBytes != want {
+			t.Errorf("outbox value bytes %d, want %d, its entries'", b.ValueBytes, want)
+		}
+	}
+	wantOut := []OutboxStats{
+		{Bridge: "backup", OutboxInfo: OutboxInfo{Count: 1, Bytes: int64(entry(1).Size()), FirstSeq: 1, LastSeq: 1, Oldest: entry(1).Added}},
+		{Bridge: "cloud", OutboxInfo: OutboxInfo{Count: 2, Bytes: int64(entry(4).Size() + entry(5).Size()), FirstSeq: 4, LastSeq: 5, Oldest: entry(4).Added}},
+	}
+	if !slices.Equal(st.Outboxes, wantOut) {
+		t.Errorf("outboxes %+v, want %+v", st.Outboxes, wantOut)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Batch collects writes that become durable together. Its methods encode
@@ -16,6 +17,9 @@ import (
 type Batch struct {
 	ops   []op
 	bytes int // record bytes it writes, for the budgets
+
+	arena  []byte // what the outbox writes encode their keys and records into
+	bridge []byte // the bridge name the last outbox write used, in arena
 }
 
 type opKind uint8
@@ -25,13 +29,48 @@ const (
 	opDelete
 	opDeletePrefix
 	opPatchQueued // rewrite a queue record's packet identifier and flags
+	opOutboxPut   // put into the bucket sub of the outbox bucket, creating it
+	opOutboxDelete
+	opOutboxDrop // delete the bucket sub of the outbox bucket
 )
 
 type op struct {
 	kind   opKind
 	bucket []byte
+	sub    []byte // the outbox ops' bridge: the bucket nested in bucket
 	key    []byte
 	val    []byte
+}
+
+// maxArenaChunk bounds the chunks a batch's arena grows by. Chunks double
+// from the first record's size, so a batch of one publish allocates once
+// and exactly, and one of thousands (a bridge catching up) a few times;
+// the bound keeps the unused tail of the last chunk small.
+const maxArenaChunk = 64 << 10
+
+// reserve returns n bytes of the batch's arena. Records are encoded in
+// place and never written again: the ops keep referring to them, and
+// bbolt reads them until its transaction commits.
+func (b *Batch) reserve(n int) []byte {
+	if cap(b.arena)-len(b.arena) < n {
+		b.arena = make([]byte, 0, max(n, min(2*cap(b.arena), maxArenaChunk)))
+	}
+	l := len(b.arena)
+	b.arena = b.arena[:l+n]
+	return b.arena[l : l+n : l+n]
+}
+
+// reserveOutbox reserves n bytes for an outbox write's key and record,
+// and returns them with the bridge's name as bytes: copied into the arena,
+// in the same reservation, once for a run of writes to the same outbox.
+func (b *Batch) reserveOutbox(bridge string, n int) (name, buf []byte) {
+	if b.bridge != nil && string(b.bridge) == bridge {
+		return b.bridge, b.reserve(n)
+	}
+	buf = b.reserve(len(bridge) + n)
+	b.bridge = buf[:len(bridge):len(bridge)]
+	copy(b.bridge, bridge)
+	return b.bridge, buf[len(bridge):]
 }
 
 // Empty reports whether the batch writes nothing.
@@ -129,11 +168,22 @@ var ErrInvalidWrite = errors.New("storage: write bbolt cannot store")
 func (b *Batch) validate() error {
 	for i := range b.ops {
 		o := &b.ops[i]
-		if o.kind != opPut {
+		switch o.kind {
+		case opPut:
+			if len(o.key) == 0 || len(o.key) > bolt.MaxKeySize {
+				return fmt.Errorf("%w: %s key of %d bytes, bbolt takes 1 to %d", ErrInvalidWrite, o.bucket, len(o.key), bolt.MaxKeySize)
+			}
+		case opOutboxPut, opOutboxDelete, opOutboxDrop:
+			// An empty name is a caller's bug whichever the write; bbolt
+			// would refuse to create its bucket.
+			if len(o.sub) == 0 || len(o.sub) > bolt.MaxKeySize {
+				return fmt.Errorf("%w: outbox of a bridge named with %d bytes, bbolt takes 1 to %d", ErrInvalidWrite, len(o.sub), bolt.MaxKeySize)
+			}
+			if o.kind == opOutboxPut && binary.BigEndian.Uint64(o.key) == 0 {
+				return fmt.Errorf("%w: outbox entry of bridge %q with sequence 0; sequences start at 1, and a scan from the start passes 0 by", ErrInvalidWrite, o.sub)
+			}
+		default:
 			continue // deletes of an impossible key find nothing
-		}
-		if len(o.key) == 0 || len(o.key) > bolt.MaxKeySize {
-			return fmt.Errorf("%w: %s key of %d bytes, bbolt takes 1 to %d", ErrInvalidWrite, o.bucket, len(o.key), bolt.MaxKeySize)
 		}
 		if int64(len(o.val)) > bolt.MaxValueSize {
 			return fmt.Errorf("%w: %s record of %d bytes, bbolt takes up to %d", ErrInvalidWrite, o.bucket, len(o.val), bolt.MaxValueSize)
@@ -351,6 +401,53 @@ func applyOp(tx *bolt.Tx, o *op) (int64, error) {
 	queue := bytes.Equal(o.bucket, bucketQueue)
 	var delta int64
 	switch o.kind {
+	case opOutboxPut:
+		// Damage can leave a record where a bucket belongs or the other
+		// way round, which Check and scans report. A put replaces it:
+		// failing would fail every commit grouped with this one, and the
+		// next, for as long as the bridge keeps queueing.
+		// bbolt keeps the buckets a transaction opened: one lookup serves
+		// every put of a group commit.
+		nb, err := bk.CreateBucketIfNotExists(o.sub)
+		if errors.Is(err, berrors.ErrIncompatibleValue) {
+			if err = bk.Delete(o.sub); err == nil {
+				nb, err = bk.CreateBucket(o.sub)
+			}
+		}
+		if err != nil {
+			return 0, fmt.Errorf("storage: outbox of bridge %q: %w", o.sub, err)
+		}
+		err = nb.Put(o.key, o.val)
+		if errors.Is(err, berrors.ErrIncompatibleValue) {
+			if err = nb.DeleteBucket(o.key); err == nil {
+				err = nb.Put(o.key, o.val)
+			}
+		}
+		return 0, err
+	case opOutboxDelete:
+		nb := bk.Bucket(o.sub)
+		if nb == nil {
+			return 0, nil
+		}
+		err := nb.Delete(o.key)
+		if errors.Is(err, berrors.ErrIncompatibleValue) {
+			// A bucket under an entry's key, which only damage makes
+			// and which a scan reports as an entry that does not
+			// decode: deleting it is what the bridge asked for.
+			err = nb.DeleteBucket(o.key)
+		}
+		return 0, err
+	case opOutboxDrop:
+		err := bk.DeleteBucket(o.sub)
+		switch {
+		case errors.Is(err, berrors.ErrBucketNotFound):
+			return 0, nil
+		case errors.Is(err, berrors.ErrIncompatibleValue):
+			// A record where the bucket should be, which Check reports:
+			// dropping the outbox is the way to be rid of it.
+			return 0, bk.Delete(o.sub)
+		}
+		return 0, err
 	case opPut:
 		if queue {
 			delta -= int64(len(bk.Get(o.key)))

@@ -54,8 +54,17 @@ func makeSample(t *testing.T) *sample {
 			for k := range 10 {
 				b.SetRetained(&Message{Topic: fmt.Sprintf("plant/%s/s%d", id, k), Payload: payload(150), Retain: true})
 			}
+			// A bridge's outbox of a few pages, and one small enough for
+			// bbolt to keep inline in its parent's page.
+			for k := range 3 {
+				seq := uint64(3*i + k + 1)
+				b.OutboxPut("cloud", &OutboxEntry{Seq: seq, Route: uint16(k), Added: int64(seq) << 20, Msg: Message{Topic: "up/" + id, Payload: payload(120), QoS: 1}})
+			}
 		})
 	}
+	commit(t, db, func(b *Batch) {
+		b.OutboxPut("backup", &OutboxEntry{Seq: 1, Added: 1, Msg: Message{Topic: "up/x", Payload: payload(10)}})
+	})
 	s := &sample{path: db.Path(), pageSize: db.bolt.Info().PageSize}
 	_ = db.bolt.View(func(tx *bolt.Tx) error { s.hwm = tx.Size(); return nil })
 	s.content = dump(t, db)
@@ -92,6 +101,20 @@ func dump(t *testing.T, db *DB) string {
 	if err != nil {
 		return "retained: " + err.Error()
 	}
+	names, err := db.OutboxBridges()
+	if err != nil {
+		return "outbox bridges: " + err.Error()
+	}
+	for _, name := range names {
+		fmt.Fprintf(&b, "outbox %q\n", name)
+		err := db.OutboxScan(name, 0, 0, func(e *OutboxEntry) bool {
+			fmt.Fprintf(&b, "  %+v\n", *e)
+			return true
+		})
+		if err != nil {
+			return "outbox scan: " + err.Error()
+		}
+	}
 	return b.String()
 }
 
@@ -126,10 +149,13 @@ func probe(t *testing.T, path, want string) (out outcome, detail string) {
 	problems := db.Check()
 	var readErrs []string
 	for what, err := range map[string]error{
-		"load":  db.Load(func(*SessionState) error { return nil }),
-		"match": db.MatchRetained("plant/#", func(string, string) bool { return true }, func(*Message) {}),
-		"get":   func() error { _, err := db.Retained("plant/dev07/s3"); return err }(),
-		"stats": func() error { _, err := db.Stats(); return err }(),
+		"load":           db.Load(func(*SessionState) error { return nil }),
+		"match":          db.MatchRetained("plant/#", func(string, string) bool { return true }, func(*Message) {}),
+		"get":            func() error { _, err := db.Retained("plant/dev07/s3"); return err }(),
+		"stats":          func() error { _, err := db.Stats(); return err }(),
+		"outbox scan":    db.OutboxScan("cloud", 0, 0, func(*OutboxEntry) bool { return true }),
+		"outbox info":    func() error { _, err := db.OutboxInfo("cloud"); return err }(),
+		"outbox bridges": func() error { _, err := db.OutboxBridges(); return err }(),
 	} {
 		if err == nil {
 			continue

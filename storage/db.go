@@ -19,7 +19,7 @@ import (
 )
 
 // Buckets. Every session record is keyed by client id, or prefixed by
-// client id and 0x00.
+// client id and 0x00; the outbox bucket holds one bucket per bridge.
 var (
 	bucketMeta     = []byte("meta")
 	bucketRetained = []byte("retained") // topic → message record
@@ -27,15 +27,16 @@ var (
 	bucketSubs     = []byte("subs")     // client id, 0, filter → options byte, identifier
 	bucketQueue    = []byte("queue")    // client id, 0, sequence → queue record
 	bucketRel      = []byte("rel")      // client id, 0, packet id → empty
+	bucketOutbox   = []byte("outbox")   // bridge name → bucket: sequence → outbox record
 
-	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel}
+	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel, bucketOutbox}
 
 	keySchema = []byte("schema")
 )
 
 // SchemaVersion is the layout this build writes. Files of older versions
 // are migrated at Open; newer ones are refused.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Errors Open and the commit functions return.
 var (
@@ -273,6 +274,7 @@ func bucketNames(tx *bolt.Tx) []string {
 // migrations[v] turns schema v into v+1, inside the opening transaction.
 var migrations = map[int]func(*bolt.Tx) error{
 	1: migrate1to2,
+	2: migrate2to3,
 }
 
 // migrate1to2: schema 1 stored retained messages without their MQTT 5
@@ -302,6 +304,12 @@ func migrate1to2(tx *bolt.Tx) error {
 		}
 	}
 	_, err = tx.CreateBucketIfNotExists(bucketRel)
+	return err
+}
+
+// migrate2to3: schema 2 had no bridge outboxes.
+func migrate2to3(tx *bolt.Tx) error {
+	_, err := tx.CreateBucketIfNotExists(bucketOutbox)
 	return err
 }
 

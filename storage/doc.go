@@ -1,6 +1,7 @@
 // Package storage keeps fieldgate's state in one bbolt file: persistent
 // sessions with their subscriptions, queued and in-flight messages and the
-// QoS 2 packet identifiers awaiting PUBREL, and retained messages.
+// QoS 2 packet identifiers awaiting PUBREL, retained messages, and each
+// bridge's outbox of messages waiting to be sent to its cloud broker.
 //
 // The durability contract:
 //
@@ -15,6 +16,15 @@
 //   - CommitLazy batches (what QoS 0 publishes change) never cause an
 //     fsync of their own: they ride with the next Commit, or go out
 //     within LazyDelay when none comes.
+//   - An outbox entry is durable with the batch that puts it, like any
+//     other write: put in the same batch as a publish's other effects and
+//     committed with Commit, it is on disk before the publisher can be
+//     told its message was stored; committed with CommitLazy, it can be
+//     lost to a power cut within LazyDelay, with the rest of its batch.
+//   - An outbox entry stays until a committed OutboxDelete or OutboxDrop
+//     removes it. A delete that was not yet on disk at a power cut leaves
+//     its entry to be sent again after the restart: a durable entry is
+//     sent at least once.
 //   - A failed commit (disk full, an I/O error) leaves the file as it was
 //     before the transaction; later commits are tried afresh, so the
 //     database recovers by itself when space returns.

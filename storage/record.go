@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -83,32 +84,56 @@ func appendMessage(dst []byte, m *Message) []byte {
 	return append(dst, m.Payload...)
 }
 
+// messageRecordSize is the length of m's record, as appendMessage writes it.
+func messageRecordSize(m *Message) int {
+	return 9 + uvarintLen(len(m.Topic)) + len(m.Topic) + uvarintLen(len(m.Props)) + len(m.Props) + len(m.Payload)
+}
+
+// uvarintLen is the length of n as a uvarint: 7 bits a byte.
+func uvarintLen(n int) int { return (bits.Len64(uint64(n)|1) + 6) / 7 }
+
+// messageParts is a message record split into its fields, the byte slices
+// still in the record: what a reader that only measures or checks a
+// record needs, without copying it.
+type messageParts struct {
+	flags                 byte
+	expiry                int64
+	topic, props, payload []byte
+}
+
+func splitMessage(b []byte) (p messageParts, ok bool) {
+	if len(b) < 9 {
+		return p, false
+	}
+	p.flags = b[0]
+	if p.flags&^7 != 0 || p.flags&3 == 3 {
+		return p, false
+	}
+	p.expiry = int64(binary.BigEndian.Uint64(b[1:]))
+	if p.topic, b, ok = lenPrefixed(b[9:]); !ok {
+		return p, false
+	}
+	if p.props, b, ok = lenPrefixed(b); !ok {
+		return p, false
+	}
+	p.payload = b
+	return p, true
+}
+
 // decodeMessage decodes a message record, copying out of b (which may be
 // bbolt's memory map).
 func decodeMessage(b []byte) (Message, bool) {
-	var m Message
-	if len(b) < 9 {
-		return m, false
-	}
-	m.QoS, m.Retain = b[0]&3, b[0]&4 != 0
-	if b[0]&^7 != 0 || m.QoS == 3 {
-		return m, false
-	}
-	m.Expiry = int64(binary.BigEndian.Uint64(b[1:]))
-	b = b[9:]
-	topic, b, ok := lenPrefixed(b)
+	p, ok := splitMessage(b)
 	if !ok {
-		return m, false
+		return Message{}, false
 	}
-	props, b, ok := lenPrefixed(b)
-	if !ok {
-		return m, false
+	m := Message{
+		Topic: string(p.topic), Payload: append([]byte{}, p.payload...),
+		Expiry: p.expiry, QoS: p.flags & 3, Retain: p.flags&4 != 0,
 	}
-	m.Topic = string(topic)
-	if len(props) > 0 {
-		m.Props = append([]byte(nil), props...)
+	if len(p.props) > 0 {
+		m.Props = append([]byte(nil), p.props...)
 	}
-	m.Payload = append([]byte{}, b...)
 	return m, true
 }
 
@@ -141,6 +166,40 @@ func decodeQueued(seq uint64, b []byte) (Queued, bool) {
 	var ok bool
 	q.Msg, ok = decodeMessage(b[3:])
 	return q, ok
+}
+
+// Outbox records: the index of the out-route the message matched (2
+// bytes), when it was queued in unix nanoseconds (8 bytes), then the
+// message record. The sequence is the key.
+const outboxHeader = 10
+
+// outboxRecordSize is the length of e's record, as appendOutbox writes it.
+func outboxRecordSize(e *OutboxEntry) int { return outboxHeader + messageRecordSize(&e.Msg) }
+
+func appendOutbox(dst []byte, e *OutboxEntry) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, e.Route)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(e.Added))
+	return appendMessage(dst, &e.Msg)
+}
+
+// splitOutbox splits an outbox record without copying it.
+func splitOutbox(b []byte) (route uint16, added int64, p messageParts, ok bool) {
+	if len(b) < outboxHeader {
+		return 0, 0, p, false
+	}
+	p, ok = splitMessage(b[outboxHeader:])
+	return binary.BigEndian.Uint16(b), int64(binary.BigEndian.Uint64(b[2:])), p, ok
+}
+
+func decodeOutbox(seq uint64, b []byte) (OutboxEntry, bool) {
+	e := OutboxEntry{Seq: seq}
+	if len(b) < outboxHeader {
+		return e, false
+	}
+	var ok bool
+	e.Route, e.Added = binary.BigEndian.Uint16(b), int64(binary.BigEndian.Uint64(b[2:]))
+	e.Msg, ok = decodeMessage(b[outboxHeader:])
+	return e, ok
 }
 
 // Session records: a version byte, expiry in seconds, expire-at in unix

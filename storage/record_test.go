@@ -66,6 +66,58 @@ func TestQueuedRoundTrip(t *testing.T) {
 	}
 }
 
+// TestOutboxRoundTrip also holds the record to the size OutboxPut
+// reserves for it: a record longer than its reservation would cost the
+// publish path an allocation, a shorter one leave a gap.
+func TestOutboxRoundTrip(t *testing.T) {
+	for i, tc := range testMessages {
+		t.Run(tc.name, func(t *testing.T) {
+			e := OutboxEntry{Seq: uint64(i) << 33, Route: uint16(i * 4099), Added: 1_750_000_000_000_000_000 - int64(i), Msg: tc.msg}
+			enc := appendOutbox([]byte("prefix"), &e)
+			rec := enc[len("prefix"):]
+			if len(rec) != outboxRecordSize(&e) {
+				t.Errorf("record of %d bytes, reserved %d", len(rec), outboxRecordSize(&e))
+			}
+			got, ok := decodeOutbox(e.Seq, rec)
+			if !ok {
+				t.Fatal("does not decode")
+			}
+			if got.Seq != e.Seq || got.Route != e.Route || got.Added != e.Added {
+				t.Fatalf("seq/route/added %d/%d/%d, want %d/%d/%d", got.Seq, got.Route, got.Added, e.Seq, e.Route, e.Added)
+			}
+			if d := sameMessage(&got.Msg, &e.Msg); d != "" {
+				t.Fatal(d)
+			}
+			route, added, p, ok := splitOutbox(rec)
+			if !ok || route != e.Route || added != e.Added || outboxPartsSize(&p) != e.Size() {
+				t.Errorf("split: route %d added %d size %d ok %t, want %d %d %d", route, added, outboxPartsSize(&p), ok, e.Route, e.Added, e.Size())
+			}
+			for i := range rec {
+				rec[i] ^= 0xff
+			}
+			if d := sameMessage(&got.Msg, &e.Msg); d != "" {
+				t.Fatalf("decoded entry shares the record's memory: %s", d)
+			}
+		})
+	}
+}
+
+func TestOutboxEntrySize(t *testing.T) {
+	for _, tc := range []struct {
+		msg  Message
+		want int
+	}{
+		{Message{}, 64},
+		{Message{Topic: "site/a/temp", Payload: []byte("21.5")}, 64 + 11 + 4},
+		{Message{Topic: "t", Payload: make([]byte, 1000), Props: []byte{1, 2, 3}, Expiry: 5, QoS: 2}, 64 + 1 + 1000 + 3},
+	} {
+		e := OutboxEntry{Seq: 1, Route: 3, Added: 9, Msg: tc.msg}
+		if got := e.Size(); got != tc.want {
+			t.Errorf("%+v: size %d, want %d", tc.msg, got, tc.want)
+		}
+	}
+}
+
 var testSessions = []struct {
 	name string
 	s    Session
@@ -130,10 +182,18 @@ func TestDecodeTruncated(t *testing.T) {
 	var recs []rec
 	msgDecode := func(b []byte) bool { _, ok := decodeMessage(b); return ok }
 	queuedDecode := func(b []byte) bool { _, ok := decodeQueued(1, b); return ok }
+	outboxDecode := func(b []byte) bool {
+		_, ok := decodeOutbox(1, b)
+		if _, _, _, split := splitOutbox(b); split != ok {
+			panic("decodeOutbox and splitOutbox disagree")
+		}
+		return ok
+	}
 	for _, tc := range testMessages[:7] {
 		recs = append(recs,
 			rec{"message " + tc.name, appendMessage(nil, &tc.msg), len(tc.msg.Payload), msgDecode},
-			rec{"queued " + tc.name, appendQueued(nil, &Queued{PID: 9, Msg: tc.msg}), len(tc.msg.Payload), queuedDecode})
+			rec{"queued " + tc.name, appendQueued(nil, &Queued{PID: 9, Msg: tc.msg}), len(tc.msg.Payload), queuedDecode},
+			rec{"outbox " + tc.name, appendOutbox(nil, &OutboxEntry{Route: 2, Added: 7, Msg: tc.msg}), len(tc.msg.Payload), outboxDecode})
 	}
 	for _, tc := range testSessions {
 		n := 0
@@ -178,6 +238,18 @@ func TestDecodeGarbage(t *testing.T) {
 		if _, ok := decodeQueued(1, append([]byte{0, 1, 0}, tc.b...)); ok {
 			t.Errorf("queued %s: decodes", tc.name)
 		}
+		outbox := append(make([]byte, outboxHeader), tc.b...)
+		if _, ok := decodeOutbox(1, outbox); ok {
+			t.Errorf("outbox %s: decodes", tc.name)
+		}
+		if _, _, _, ok := splitOutbox(outbox); ok {
+			t.Errorf("outbox %s: splits", tc.name)
+		}
+	}
+	for n := range outboxHeader {
+		if _, ok := decodeOutbox(1, bytes.Clone(valid[:n])); ok {
+			t.Errorf("outbox record of %d bytes decodes", n)
+		}
 	}
 	if _, ok := decodeQueued(1, append([]byte{0, 1, 2}, valid...)); ok {
 		t.Error("queued flags 2: decodes")
@@ -211,6 +283,7 @@ func TestDecodeGarbage(t *testing.T) {
 		}
 		decodeMessage(b)
 		decodeQueued(0, b)
+		decodeOutbox(0, b)
 		decodeSession("c", b)
 	}
 }
@@ -222,6 +295,7 @@ func FuzzDecode(f *testing.F) {
 	for _, tc := range testMessages[:7] {
 		f.Add(appendMessage(nil, &tc.msg))
 		f.Add(appendQueued(nil, &Queued{PID: 3, Rec: true, Msg: tc.msg}))
+		f.Add(appendOutbox(nil, &OutboxEntry{Route: 1, Added: -5, Msg: tc.msg}))
 	}
 	for _, tc := range testSessions {
 		f.Add(appendSession(nil, &tc.s))
@@ -243,6 +317,12 @@ func FuzzDecode(f *testing.F) {
 			q2, ok := decodeQueued(5, appendQueued(nil, &q))
 			if !ok || q2.PID != q.PID || q2.Rec != q.Rec || q2.Seq != q.Seq || sameMessage(&q2.Msg, &q.Msg) != "" {
 				t.Fatalf("queued round trip: %+v became %+v", q, q2)
+			}
+		}
+		if e, ok := decodeOutbox(5, b); ok {
+			e2, ok := decodeOutbox(5, appendOutbox(nil, &e))
+			if !ok || e2.Route != e.Route || e2.Added != e.Added || sameMessage(&e2.Msg, &e.Msg) != "" {
+				t.Fatalf("outbox round trip: %+v became %+v", e, e2)
 			}
 		}
 		if s, ok := decodeSession("c", b); ok {

@@ -27,23 +27,7 @@ var schema1Retained = []Message{
 // layout schema 1 had: no rel bucket, retained records of flags (QoS in
 // bits 0-1, retain in bit 2), an 8-byte expiry and the payload.
 func TestWriteSchema1Fixture(t *testing.T) {
-	if os.Getenv("FIELDGATE_WRITE_FIXTURE") != "1" {
-		t.Skip("set FIELDGATE_WRITE_FIXTURE=1 to rewrite " + schema1Fixture)
-	}
-	tmp := filepath.Join(t.TempDir(), "schema1.db")
-	bdb, err := bolt.Open(tmp, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = bdb.Update(func(tx *bolt.Tx) error {
-		for _, name := range []string{"meta", "retained", "sessions", "subs", "queue"} {
-			if _, err := tx.CreateBucket([]byte(name)); err != nil {
-				return err
-			}
-		}
-		if err := tx.Bucket([]byte("meta")).Put([]byte("schema"), binary.BigEndian.AppendUint32(nil, 1)); err != nil {
-			return err
-		}
+	writeFixture(t, schema1Fixture, 1, []string{"meta", "retained", "sessions", "subs", "queue"}, func(tx *bolt.Tx) error {
 		for _, m := range schema1Retained {
 			v := []byte{m.QoS | 4}
 			v = binary.BigEndian.AppendUint64(v, uint64(m.Expiry))
@@ -54,19 +38,115 @@ func TestWriteSchema1Fixture(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// writeFixture writes a fixture of an older schema with bbolt alone: the
+// buckets named, the schema version in meta, and what fill puts. It
+// writes only when FIELDGATE_WRITE_FIXTURE=1.
+func writeFixture(t *testing.T, fixture string, schema uint32, buckets []string, fill func(tx *bolt.Tx) error) {
+	t.Helper()
+	if os.Getenv("FIELDGATE_WRITE_FIXTURE") != "1" {
+		t.Skip("set FIELDGATE_WRITE_FIXTURE=1 to rewrite " + fixture)
+	}
+	tmp := filepath.Join(t.TempDir(), filepath.Base(fixture))
+	bdb, err := bolt.Open(tmp, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		for _, name := range buckets {
+			if _, err := tx.CreateBucket([]byte(name)); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(bucketMeta).Put(keySchema, binary.BigEndian.AppendUint32(nil, schema)); err != nil {
+			return err
+		}
+		return fill(tx)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := bdb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Dir(schema1Fixture), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(fixture), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	copyFile(t, tmp, schema1Fixture)
-	if err := os.Chmod(schema1Fixture, 0o644); err != nil {
+	copyFile(t, tmp, fixture)
+	if err := os.Chmod(fixture, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// schema2Fixture is a state file as schema 2 wrote it; regenerate with
+//
+//	FIELDGATE_WRITE_FIXTURE=1 go test -run TestWriteSchema2Fixture ./storage
+const schema2Fixture = "testdata/schema2.db"
+
+// schema2Sessions are the sessions in the schema 2 fixture, with all they
+// hold: a will, subscriptions, a queue with a message in flight and one
+// whose PUBREC came, an identifier awaiting PUBREL.
+var schema2Sessions = []SessionState{
+	{
+		Session: Session{ClientID: "greenhouse-1", User: "sensor", Expiry: time.Hour, Will: &Will{
+			Msg: Message{Topic: "site/gh-1/status", Payload: []byte("offline"), QoS: 1, Retain: true}, Delay: 10 * time.Second,
+		}},
+		Subs: []Sub{{Filter: "site/all/+", Opts: 0x22}, {Filter: "site/gh-1/cmd/#", Opts: 1, ID: 3}}, // in filter order, as Load returns them
+		Queue: []Queued{
+			{Seq: 1, PID: 1, Msg: Message{Topic: "site/gh-1/cmd/vent", Payload: []byte("open"), QoS: 1}},
+			{Seq: 2, PID: 2, Rec: true, Msg: Message{Topic: "site/gh-1/cmd/heat", Payload: []byte("18.5"), QoS: 2, Props: []byte{0x01, 0x01}}},
+			{Seq: 300, Msg: Message{Topic: "site/all/time", Payload: []byte("12:00"), QoS: 1, Expiry: 1_900_000_000_000_000_000}},
+		},
+		AwaitingRel: []uint16{7, 513},
+	},
+	{
+		Session: Session{ClientID: "panel", Expiry: 24 * time.Hour, ExpireAt: time.Unix(1_900_000_000, 0)},
+		Subs:    []Sub{{Filter: "site/+/status"}},
+	},
+}
+
+// schema2Retained are the retained messages in the schema 2 fixture.
+var schema2Retained = []Message{
+	{Topic: "site/gh-1/status", Payload: []byte("online"), QoS: 1, Retain: true, Props: []byte{0x03, 0x00, 0x04, 't', 'e', 'x', 't'}},
+	{Topic: "site/gh-1/temp", Payload: []byte(`{"value":21.5}`), Retain: true, Expiry: 1_893_456_000_000_000_000},
+}
+
+// TestWriteSchema2Fixture writes the fixture with bbolt alone, in the
+// layout schema 2 had: the buckets of schema 1 and rel, no outbox. Its
+// records are encoded by this package's encoders, which schema 3 did not
+// change; a schema that changes them must keep this fixture as it is.
+func TestWriteSchema2Fixture(t *testing.T) {
+	writeFixture(t, schema2Fixture, 2, []string{"meta", "retained", "sessions", "subs", "queue", "rel"}, func(tx *bolt.Tx) error {
+		put := func(bucket string, k, v []byte) error { return tx.Bucket([]byte(bucket)).Put(k, v) }
+		for _, m := range schema2Retained {
+			if err := put("retained", []byte(m.Topic), appendMessage(nil, &m)); err != nil {
+				return err
+			}
+		}
+		for _, st := range schema2Sessions {
+			id := st.ClientID
+			if err := put("sessions", []byte(id), appendSession(nil, &st.Session)); err != nil {
+				return err
+			}
+			for _, s := range st.Subs {
+				if err := put("subs", subKey(id, s.Filter), binary.BigEndian.AppendUint32([]byte{s.Opts}, s.ID)); err != nil {
+					return err
+				}
+			}
+			for _, q := range st.Queue {
+				if err := put("queue", queueKey(id, q.Seq), appendQueued(nil, &q)); err != nil {
+					return err
+				}
+			}
+			for _, pid := range st.AwaitingRel {
+				if err := put("rel", relKey(id, pid), nil); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // fileSchema reads the schema version a closed state file records.
@@ -138,7 +218,7 @@ func TestSchemaRefused(t *testing.T) {
 				return tx.Bucket(bucketMeta).Put(keySchema, binary.BigEndian.AppendUint32(nil, SchemaVersion+1))
 			},
 			is:   ErrNewerSchema,
-			says: []string{"schema 3", "up to 2", "newer fieldgate"},
+			says: []string{"schema 4", "up to 3", "newer fieldgate"},
 		},
 		{
 			name: "schema from a far future",
@@ -241,7 +321,7 @@ func TestSchemaMigrate1(t *testing.T) {
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if v, buckets := fileSchema(t, path); v != SchemaVersion || !strings.Contains(strings.Join(buckets, ","), "rel") {
+		if v, buckets := fileSchema(t, path); v != SchemaVersion || !slices.Contains(buckets, "rel") || !slices.Contains(buckets, "outbox") {
 			t.Fatalf("migrated file has schema %d and buckets %q", v, buckets)
 		}
 	}
@@ -268,5 +348,105 @@ func TestSchemaMigrate1Damaged(t *testing.T) {
 	}
 	if v, _ := fileSchema(t, path); v != 1 {
 		t.Errorf("failed migration left schema %d", v)
+	}
+}
+
+func TestSchemaMigrate2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	copyFile(t, schema2Fixture, path)
+	if v, buckets := fileSchema(t, path); v != 2 || slices.Contains(buckets, "outbox") || !slices.Contains(buckets, "rel") {
+		t.Fatalf("fixture has schema %d and buckets %q; want schema 2 with rel, without outbox", v, buckets)
+	}
+	for round := range 2 { // the second open finds it migrated already
+		db, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := loadAll(t, db)
+		if len(all) != len(schema2Sessions) {
+			t.Errorf("%d sessions, want %d", len(all), len(schema2Sessions))
+		}
+		for i := range schema2Sessions {
+			want := &schema2Sessions[i]
+			got := all[want.ClientID]
+			if got == nil {
+				t.Fatalf("session %q lost", want.ClientID)
+			}
+			sameSession(t, &got.Session, &want.Session)
+			if !slices.Equal(got.Subs, want.Subs) || !slices.Equal(got.AwaitingRel, want.AwaitingRel) || len(got.Queue) != len(want.Queue) {
+				t.Fatalf("%s: subs %+v rel %v queue %v; want %+v %v %v", want.ClientID, got.Subs, got.AwaitingRel, seqs(got.Queue), want.Subs, want.AwaitingRel, seqs(want.Queue))
+			}
+			for j, q := range want.Queue {
+				g := got.Queue[j]
+				if g.Seq != q.Seq || g.PID != q.PID || g.Rec != q.Rec || sameMessage(&g.Msg, &q.Msg) != "" {
+					t.Errorf("%s: queued %+v, want %+v", want.ClientID, g, q)
+				}
+			}
+		}
+		for i := range schema2Retained {
+			want := &schema2Retained[i]
+			got, err := db.Retained(want.Topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := sameMessage(got, want); d != "" {
+				t.Errorf("%s: %s", want.Topic, d)
+			}
+		}
+		if db.QueuedBytes() == 0 {
+			t.Error("queued bytes of the migrated queues not counted")
+		}
+		if problems := db.Check(); len(problems) > 0 {
+			t.Errorf("check after migration: %q", problems)
+		}
+		// The outbox works, and what the first round put is there in the
+		// second.
+		if info, err := db.OutboxInfo("cloud"); err != nil || info.Count != round {
+			t.Errorf("round %d: outbox %+v, %v", round, info, err)
+		}
+		commit(t, db, func(b *Batch) { b.OutboxPut("cloud", entry(uint64(round+1))) })
+		if s := scanSeqs(t, db, "cloud", 0, 0); len(s) != round+1 {
+			t.Errorf("round %d: outbox holds %v", round, s)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if v, buckets := fileSchema(t, path); v != SchemaVersion || !slices.Contains(buckets, "outbox") {
+			t.Fatalf("migrated file has schema %d and buckets %q", v, buckets)
+		}
+	}
+}
+
+// TestSchema2ReadOnly: a schema 2 file opened read only (fieldgate db
+// check on a file an older build wrote) is not migrated; the outbox reads
+// find no outbox, and Check says what is missing.
+func TestSchema2ReadOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	copyFile(t, schema2Fixture, path)
+	ro, err := OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if names, err := ro.OutboxBridges(); err != nil || names != nil {
+		t.Errorf("bridges %q, %v", names, err)
+	}
+	if info, err := ro.OutboxInfo("cloud"); err != nil || info != (OutboxInfo{}) {
+		t.Errorf("info %+v, %v", info, err)
+	}
+	if s := scanSeqs(t, ro, "cloud", 0, 0); s != nil {
+		t.Errorf("scan %v", s)
+	}
+	if st, err := ro.Stats(); err != nil || st.Outboxes != nil {
+		t.Errorf("stats outboxes %+v, %v", st.Outboxes, err)
+	}
+	problems := strings.Join(ro.Check(), "\n")
+	for _, want := range []string{"schema version 00000002, want 3", "bucket outbox is missing"} {
+		if !strings.Contains(problems, want) {
+			t.Errorf("check did not report %q:\n%s", want, problems)
+		}
+	}
+	if v, _ := fileSchema(t, path); v != 2 {
+		t.Errorf("read-only open left schema %d", v)
 	}
 }

@@ -50,7 +50,7 @@ const (
 	boltMagic     = 0xED0CDAED
 	boltVersion   = 2
 	noFreelist    = ^uint64(0)
-	maxNestDepth  = 16 // nested buckets; fieldgate's own files have none
+	maxNestDepth  = 16 // nested buckets; fieldgate's own go two deep (outbox, then a bridge's)
 	metaSumOffset = 56 // the meta's checksum covers its bytes before this
 )
 

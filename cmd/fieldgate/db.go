@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/fieldgate/fieldgate/storage"
 )
@@ -69,6 +70,22 @@ func cmdDB(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(tw, "bucket\tkeys\tkey bytes\tvalue bytes\tpages\t")
 	for _, b := range st.Buckets {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", b.Name, b.Keys, b.KeyBytes, b.ValueBytes, b.Pages)
+	}
+	if err := tw.Flush(); err != nil {
+		return exitFail
+	}
+	if len(st.Outboxes) == 0 {
+		return 0
+	}
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "outbox\tentries\tbytes\tsequences\toldest\tundecodable\t")
+	for _, o := range st.Outboxes {
+		oldest := "-"
+		if o.Count > 0 {
+			oldest = time.Unix(0, o.Oldest).UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\t%s\t%d\t\n", o.Bridge, o.Count, o.Bytes, o.FirstSeq, o.LastSeq, oldest, o.Undecodable)
 	}
 	if err := tw.Flush(); err != nil {
 		return exitFail

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,6 +23,9 @@ func TestDBCheckAndStats(t *testing.T) {
 	b.PutSession(&storage.Session{ClientID: "dev-1", Expiry: 3600e9})
 	b.PutSub("dev-1", storage.Sub{Filter: "plant/#", Opts: 1})
 	b.SetRetained(&storage.Message{Topic: "plant/door", Payload: []byte("open"), QoS: 1, Retain: true})
+	for seq := uint64(4); seq <= 6; seq++ {
+		b.OutboxPut("cloud", &storage.OutboxEntry{Seq: seq, Added: 1_750_000_000e9 + int64(seq)*1e9, Msg: storage.Message{Topic: "up/door", Payload: []byte("open")}})
+	}
 	if err := db.CommitWait(&b); err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +38,21 @@ func TestDBCheckAndStats(t *testing.T) {
 		t.Fatalf("db check on a sound file: code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runBinary(t, "db", "stats", "-path", path)
-	for _, want := range []string{"schema 2", "1 sessions", "retained", "subs", "sessions"} {
+	for _, want := range []string{"schema 3", "1 sessions", "retained", "subs", "sessions", "outbox"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Fatalf("db stats lacks %q (code %d):\n%s%s", want, r.code, r.stdout, r.stderr)
 		}
+	}
+	// The outbox of bridge cloud: 3 entries of 7 + 4 + 64 bytes, sequences
+	// 4 to 6, the oldest queued at 1750000004.
+	var cloud []string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "cloud" {
+			cloud = f
+		}
+	}
+	if want := []string{"cloud", "3", "225", "4-6", "2025-06-15T15:06:44Z", "0"}; !slices.Equal(cloud, want) {
+		t.Errorf("db stats outbox line %q, want %q:\n%s", cloud, want, r.stdout)
 	}
 
 	cfg := writeFile(t, "site.yaml", "storage:\n  path: "+path+"\n")

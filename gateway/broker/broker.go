@@ -28,6 +28,32 @@ type Options struct {
 	Store          *storage.DB
 	MaxStoredBytes int64  // queued messages of all persistent sessions, in bytes
 	QueuePolicy    string // config.QueueDropOldest or config.QueueRefuse
+
+	// Outbound are offered every routed message before its publisher is
+	// acknowledged: the bridges' outboxes.
+	Outbound []Outbound
+}
+
+// Outbound is offered every message the broker routes, other than its own
+// $ topics, before the publisher is acknowledged: a bridge's outbox takes
+// what it carries upstream into the same storage batch as the publish's
+// other effects, so it is on disk when the PUBACK goes.
+type Outbound interface {
+	// Offer queues m when it wants it, adding what must be durable to
+	// batch (nil for a broker without storage), and returns false when m
+	// must be refused because a queue that never drops is full. It runs
+	// on the publisher's goroutine and must not block.
+	Offer(m *Offered, batch *storage.Batch) bool
+}
+
+// Offered is a routed message as an Outbound sees it. Payload is shared
+// with every receiver: do not modify it.
+type Offered struct {
+	Topic   string
+	Payload []byte
+	QoS     byte
+	Retain  bool
+	From    string // the publishing client's id; empty for the broker's own messages (wills)
 }
 
 // Broker is the MQTT server. Create it with New, bind its listeners with

@@ -21,6 +21,30 @@ type routeBuf struct {
 	ids      []uint32
 }
 
+// offer hands m to every Outbound; one that refuses it marks the publish
+// refused (0x97 for an MQTT 5 publisher), while local subscribers still
+// get it.
+func (b *Broker) offer(m *message, from matcher.Handle, fx *effects) {
+	o := Offered{Topic: m.topic, Payload: m.payload, QoS: m.qos, Retain: m.retain}
+	if from != matcher.NoHandle {
+		b.hmu.RLock()
+		if int(from) < len(b.handles) && b.handles[from] != nil {
+			o.From = b.handles[from].id
+		}
+		b.hmu.RUnlock()
+	}
+	var batch *storage.Batch
+	if b.store != nil {
+		batch = &fx.batch
+	}
+	for _, ob := range b.opts.Outbound {
+		if !ob.Offer(&o, batch) {
+			fx.refused = true
+			b.stats.refused.Add(1)
+		}
+	}
+}
+
 // oneID holds the one-element identifier lists of the small identifiers,
 // shared by every delivery that carries exactly one of them: delivery
 // identifier lists are never modified, and most deliveries carry one
@@ -44,6 +68,9 @@ var routeBufs = sync.Pool{New: func() any { return new(routeBuf) }}
 // retained change, deliveries to persistent sessions) goes into fx's
 // batch; the caller commits it. Without fx nothing is stored: $SYS.
 func (b *Broker) publish(m *message, from matcher.Handle, fx *effects) int {
+	if fx != nil && len(b.opts.Outbound) > 0 && !strings.HasPrefix(m.topic, "$") {
+		b.offer(m, from, fx)
+	}
 	if m.retain {
 		if len(m.payload) == 0 {
 			b.retained.delete(m.topic, fx) // [MQTT-3.3.1-6] [MQTT-3.3.1-7]
