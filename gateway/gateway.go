@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/bridge"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/sensors"
@@ -42,9 +43,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, version stri
 			log.Error("closing the state database", "err", err)
 		}
 	}()
+	bridges, outbound, err := newBridges(cfg, store, log)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	b, err := broker.New(broker.Options{
 		Broker: cfg.Broker, Listeners: cfg.Listeners, Version: version,
 		Store: store, MaxStoredBytes: int64(cfg.Storage.MaxQueuedBytes), QueuePolicy: cfg.Storage.QueuePolicy,
+		Outbound: outbound,
 	}, log.With("component", "broker"))
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -61,15 +67,28 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, version stri
 		}
 		return fmt.Errorf("gateway: %w", err)
 	}
-	log.Info("gateway started", "listeners", len(cfg.Listeners), "sensors", len(cfg.Sensors), "outputs", len(cfg.Outputs), "storage", cfg.Storage.Path)
+	// The bridges outlive ctx: they are stopped after the sensors, below.
+	locals, err := startBridges(context.WithoutCancel(ctx), b, bridges)
+	if err != nil {
+		poller.Stop(sctx)
+		cl.Close()
+		if err := b.Shutdown(sctx); err != nil {
+			log.Warn("broker shutdown incomplete", "err", err)
+		}
+		return fmt.Errorf("gateway: %w", err)
+	}
+	log.Info("gateway started", "listeners", len(cfg.Listeners), "sensors", len(cfg.Sensors), "outputs", len(cfg.Outputs),
+		"bridges", len(bridges), "storage", cfg.Storage.Path)
 	<-ctx.Done()
 	log.Info("gateway stopping", "reason", context.Cause(ctx))
-	// The reverse of the start: outputs to their safe state and the
-	// gateway marked offline while the broker can still carry it.
+	// The reverse of the start, but for the bridges: the sensors stop
+	// first, so that the outputs' safe states and the gateway's offline
+	// mark still reach the outbox and, while the link holds, the upstream.
 	sctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	poller.Stop(sctx)
 	cl.Close()
+	stopBridges(sctx, bridges, locals)
 	if err := b.Shutdown(sctx); err != nil {
 		log.Warn("broker shutdown incomplete", "err", err)
 	}
@@ -103,4 +122,61 @@ type sensorClient struct{ *broker.Client }
 
 func (c sensorClient) Subscribe(filter string, qos byte, h func(topic string, payload []byte, retained bool)) error {
 	return c.Client.Subscribe(filter, qos, func(m broker.Message) { h(m.Topic, m.Payload, m.Retain) })
+}
+
+// newBridges prepares one bridge per configured upstream, reading each
+// outbox's state, and the broker's view of them.
+func newBridges(cfg *config.Config, store *storage.DB, log *slog.Logger) ([]*bridge.Bridge, []broker.Outbound, error) {
+	device := sensors.DeviceName(cfg.Gateway.Name)
+	var bridges []*bridge.Bridge
+	var outbound []broker.Outbound
+	for _, bc := range cfg.Bridges {
+		br, err := bridge.New(bc, bridge.Options{
+			Device: device, Store: store, Log: log.With("component", "bridge"),
+			Availability: cfg.Gateway.TopicPrefix + "/" + device + "/availability",
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		bridges = append(bridges, br)
+		outbound = append(outbound, bridgeOutbound{br})
+	}
+	return bridges, outbound, nil
+}
+
+// bridgeOutbound adapts a bridge to the broker's Outbound.
+type bridgeOutbound struct{ *bridge.Bridge }
+
+func (o bridgeOutbound) Offer(m *broker.Offered, batch *storage.Batch) bool {
+	return o.Bridge.Offer(m.Topic, m.Payload, m.Retain, m.From, batch)
+}
+
+// startBridges gives each bridge its in-process client and starts it.
+func startBridges(ctx context.Context, b *broker.Broker, bridges []*bridge.Bridge) ([]*broker.Client, error) {
+	var locals []*broker.Client
+	for _, br := range bridges {
+		cl, err := b.Connect(br.LocalID())
+		if err != nil {
+			for i, started := range bridges[:len(locals)] {
+				started.Stop()
+				locals[i].Close()
+			}
+			return nil, fmt.Errorf("bridge %s: %w", br.Name(), err)
+		}
+		locals = append(locals, cl)
+		br.Start(ctx, cl)
+	}
+	return locals, nil
+}
+
+// stopBridges waits briefly for the outboxes to drain while the links hold,
+// then closes them; what is left stays queued for the next start.
+func stopBridges(ctx context.Context, bridges []*bridge.Bridge, locals []*broker.Client) {
+	for _, br := range bridges {
+		br.Drain(ctx, time.Second)
+	}
+	for i, br := range bridges {
+		br.Stop()
+		locals[i].Close()
+	}
 }

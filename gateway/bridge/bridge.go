@@ -1,0 +1,637 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/storage"
+)
+
+// Local is the in-process broker client a bridge publishes inbound
+// messages through; the broker's *Client satisfies it.
+type Local interface {
+	Publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool) error
+}
+
+// Options is what a bridge needs beyond its configuration.
+type Options struct {
+	Device string       // the gateway's name, for {device}
+	Store  *storage.DB  // the outbox's home; nil keeps everything in memory (tests)
+	Log    *slog.Logger // nil discards
+	// Availability is the gateway's local availability topic; when an
+	// out-route carries it, the upstream connection's will marks the
+	// gateway offline there, and each connection marks it online.
+	Availability string
+}
+
+// maxHeld bounds the inbound messages no open subscription claims yet (a
+// resumed session's backlog arriving before the routes are subscribed).
+const maxHeld = 1024
+
+// Bridge carries messages between the local broker and one upstream
+// broker: out-routes through a durable outbox, in-routes back to local
+// subscribers.
+type Bridge struct {
+	cfg    config.Bridge
+	opts   Options
+	log    *slog.Logger
+	outs   []outRoute
+	ins    []inRoute
+	ob     *outbox
+	copts  ClientOptions
+	online *outRoute // the out-route that carries the availability topic
+	remote string    // its remote topic
+
+	local  Local
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	state      string
+	lastErr    string
+	since      time.Time
+	info       Info
+	open       bool // the in-routes are subscribed
+	held       []*Incoming
+	reconnects uint64
+	sent       uint64
+	acked      uint64
+	inbound    uint64
+	heldDrops  uint64
+	window     int
+	peak       int // the most QoS 1/2 messages seen in flight at once
+}
+
+// Link states, as reported in Stats.
+const (
+	StateConnecting = "connecting"
+	StateConnected  = "connected"
+	StateDown       = "down"
+	StateStopped    = "stopped"
+)
+
+// New prepares a bridge: it compiles the routes and reads the outbox's
+// counters from storage; it connects nothing until Start.
+func New(cfg config.Bridge, opts Options) (*Bridge, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	outs, ins, err := compileRoutes(cfg, opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Protocol == "3.1.1" {
+		if a, b := overlapping(ins); a != nil {
+			return nil, fmt.Errorf("bridge %s: in[%d] (%s) and in[%d] (%s) overlap, and MQTT 3.1.1 has no subscription identifiers to tell their messages apart; make the filters disjoint or use protocol 5",
+				cfg.Name, a.index, a.filter, b.index, b.filter)
+		}
+	}
+	ob, err := newOutbox(opts.Store, cfg.Name, int64(cfg.MaxOutboxBytes), cfg.MaxOutboxAge, outs)
+	if err != nil {
+		return nil, fmt.Errorf("bridge %s: outbox: %w", cfg.Name, err)
+	}
+	copts, err := clientOptions(cfg, opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bridge{cfg: cfg, opts: opts, log: opts.Log.With("bridge", cfg.Name), outs: outs, ins: ins, ob: ob, copts: copts, state: StateStopped}
+	b.copts.OnMessage = b.onMessage
+	if opts.Availability != "" {
+		for i := range outs {
+			if matcher.Matches(outs[i].filter, opts.Availability) {
+				if remote, ok := outs[i].topic.render(opts.Availability); ok {
+					b.online, b.remote = &outs[i], remote
+					b.copts.Will = &Will{Topic: remote, Payload: []byte("offline"), QoS: 1, Retain: true}
+				}
+				break
+			}
+		}
+	}
+	if n := ob.count; n > 0 {
+		b.log.Info("outbox holds messages from before", "messages", n, "bytes", ob.bytes)
+	}
+	return b, nil
+}
+
+// Name returns the bridge's configured name.
+func (b *Bridge) Name() string { return b.cfg.Name }
+
+// LocalID is the in-process client id the bridge must publish inbound
+// messages as: what that client publishes is never offered back out.
+func (b *Bridge) LocalID() string { return "fieldgate-bridge-" + b.cfg.Name }
+
+// clientOptions turns the configuration into the upstream client's options.
+func clientOptions(c config.Bridge, device string) (ClientOptions, error) {
+	o := ClientOptions{
+		Address: c.Address, ClientID: c.ClientID, Username: c.Username,
+		KeepAlive: c.KeepAlive, SessionExpiry: c.SessionExpiry, ConnectTimeout: c.AckTimeout,
+		AckTimeout: c.AckTimeout, MaxInflight: c.MaxInflight,
+	}
+	if o.ClientID == "" {
+		o.ClientID = "fieldgate-" + device + "-" + c.Name
+	}
+	switch c.Protocol {
+	case "5":
+		o.Protocol = 5
+	case "3.1.1":
+		o.Protocol = 4
+	}
+	o.Password = []byte(c.Password)
+	if c.PasswordFile != "" {
+		data, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return o, fmt.Errorf("bridge %s: password_file: %w", c.Name, err)
+		}
+		line, _, _ := strings.Cut(string(data), "\n")
+		o.Password = []byte(strings.TrimRight(line, "\r"))
+	}
+	if c.TLS.Enabled {
+		host, _, err := net.SplitHostPort(c.Address)
+		if err != nil {
+			return o, fmt.Errorf("bridge %s: address: %w", c.Name, err)
+		}
+		tc := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+		if c.TLS.ServerName != "" {
+			tc.ServerName = c.TLS.ServerName
+		}
+		if c.TLS.CAFile != "" {
+			pem, err := os.ReadFile(c.TLS.CAFile)
+			if err != nil {
+				return o, fmt.Errorf("bridge %s: tls.ca_file: %w", c.Name, err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return o, fmt.Errorf("bridge %s: tls.ca_file %s holds no PEM certificate", c.Name, c.TLS.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		if c.TLS.Cert != "" {
+			cert, err := tls.LoadX509KeyPair(c.TLS.Cert, c.TLS.Key)
+			if err != nil {
+				return o, fmt.Errorf("bridge %s: tls.cert and tls.key: %w", c.Name, err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		o.TLS = tc
+	}
+	return o, nil
+}
+
+// Offer queues a routed local message on every out-route it matches,
+// into batch, before the publisher is acknowledged. It returns false when
+// an alarm route refused it because the outbox is full. What the bridge's
+// own client published (messages that came in) is never sent back out.
+func (b *Bridge) Offer(topic string, payload []byte, retain bool, from string, batch *storage.Batch) bool {
+	if from == b.LocalID() {
+		return true
+	}
+	ok := true
+	var now time.Time
+	for i := range b.outs {
+		r := &b.outs[i]
+		if !matcher.Matches(r.filter, topic) {
+			continue
+		}
+		remote, valid := r.topic.render(topic)
+		if !valid {
+			b.log.Warn("out-route makes no valid topic; not sent", "route", r.index, "topic", topic, "template", r.Topic)
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		if !b.ob.put(r, remote, payload, retain || r.Retain, batch, now) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// Start connects to the upstream and keeps connected until Stop; local
+// publishes inbound messages.
+func (b *Bridge) Start(ctx context.Context, local Local) {
+	ctx, b.cancel = context.WithCancel(ctx)
+	b.local = local
+	b.wg.Add(2)
+	go func() {
+		defer b.wg.Done()
+		b.run(ctx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.expireLoop(ctx)
+	}()
+}
+
+// Stop closes the upstream connection and waits for the bridge's
+// goroutines. What is queued stays in the outbox for the next start.
+func (b *Bridge) Stop() {
+	if b.cancel == nil {
+		return
+	}
+	b.cancel()
+	b.wg.Wait()
+	b.setState(StateStopped, nil)
+}
+
+// Drain waits up to d (and within ctx) for the outbox to be sent and
+// acknowledged while the link is up; at shutdown it lets the last
+// messages, such as the gateway's offline mark, go before the link closes.
+func (b *Bridge) Drain(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		b.mu.Lock()
+		up := b.state == StateConnected
+		b.mu.Unlock()
+		b.ob.mu.Lock()
+		empty := b.ob.count == 0 && len(b.ob.memory) == 0
+		b.ob.mu.Unlock()
+		if !up || empty {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *Bridge) expireLoop(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		b.ob.expire(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *Bridge) setState(state string, err error) {
+	b.mu.Lock()
+	changed := b.state != state
+	b.state = state
+	if changed {
+		b.since = time.Now()
+	}
+	if err != nil {
+		b.lastErr = err.Error()
+	}
+	b.mu.Unlock()
+	if !changed {
+		return
+	}
+	switch {
+	case state == StateConnected:
+		b.log.Info("upstream connected", "address", b.cfg.Address)
+	case err != nil && state == StateDown:
+		b.log.Warn("upstream link down", "address", b.cfg.Address, "err", err)
+	}
+}
+
+// run keeps the link up: dial, subscribe, send until the link fails, then
+// wait with exponential backoff and full jitter, and again.
+func (b *Bridge) run(ctx context.Context) {
+	backoff := Backoff{Min: b.cfg.ReconnectMin, Max: b.cfg.ReconnectMax}
+	attempt := 0
+	for ctx.Err() == nil {
+		b.mu.Lock()
+		down := b.state == StateDown
+		b.mu.Unlock()
+		if !down {
+			// While down, retries keep the state (and the log) quiet:
+			// one line when the link goes, one when it is back.
+			b.setState(StateConnecting, nil)
+		}
+		c, err := Dial(ctx, b.copts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			b.setState(StateDown, err)
+			wait := backoff.Next(attempt)
+			attempt++
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			continue
+		}
+		attempt = 0
+		b.mu.Lock()
+		b.info = c.Info()
+		b.window = c.Window()
+		b.reconnects++
+		b.mu.Unlock()
+		b.setState(StateConnected, nil)
+		b.connected(ctx, c)
+		b.mu.Lock()
+		b.open = false
+		b.mu.Unlock()
+		b.ob.rewind()
+		err = c.Err()
+		if ctx.Err() != nil {
+			_ = c.Close()
+			return
+		}
+		if err == nil {
+			err = errors.New("connection closed")
+		}
+		b.setState(StateDown, err)
+	}
+}
+
+// connected runs one connection: the in-routes are subscribed, the
+// availability marked online, and the outbox sent until the link ends.
+func (b *Bridge) connected(ctx context.Context, c *Client) {
+	if err := b.subscribe(ctx, c); err != nil {
+		b.log.Warn("subscribing the in-routes failed", "err", err)
+		_ = c.Close()
+		return
+	}
+	if b.online != nil {
+		// The will said offline when a link dropped; say online again,
+		// through the outbox so that it comes after anything queued
+		// earlier (an offline from the last shutdown, say).
+		var batch storage.Batch
+		bp := &batch
+		if b.opts.Store == nil {
+			bp = nil
+		}
+		b.ob.put(b.online, b.remote, []byte("online"), true, bp, time.Now())
+		if !batch.Empty() {
+			b.opts.Store.CommitLazy(&batch)
+		}
+	}
+	b.send(ctx, c)
+}
+
+// subscribe opens the in-routes, giving overlapping filters their
+// subscription identifiers, then hands held messages to them.
+func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
+	if len(b.ins) == 0 {
+		return nil
+	}
+	info := c.Info()
+	var subs []Subscription
+	skip := map[int]bool{}
+	for i := range b.ins {
+		r := &b.ins[i]
+		if r.subID != 0 && !info.SubIDsAvailable {
+			// The first of an overlapping pair is kept; the other cannot be
+			// told apart on this server.
+			for j := range i {
+				if !skip[j] && overlap(b.ins[j].filter, r.filter) {
+					b.log.Error("in-routes overlap and the upstream offers no subscription identifiers; this route is not subscribed",
+						"route", fmt.Sprintf("in[%d] %s", i, r.filter), "overlaps", fmt.Sprintf("in[%d] %s", j, b.ins[j].filter))
+					skip[i] = true
+					break
+				}
+			}
+			if skip[i] {
+				continue
+			}
+		}
+		s := Subscription{Filter: r.filter, QoS: byte(r.QoS), NoLocal: true}
+		if info.SubIDsAvailable {
+			s.ID = r.subID
+		}
+		subs = append(subs, s)
+	}
+	sctx, cancel := context.WithTimeout(ctx, b.cfg.AckTimeout)
+	defer cancel()
+	reasons, err := c.Subscribe(sctx, subs)
+	if err != nil {
+		return err
+	}
+	for i, rc := range reasons {
+		if rc >= 0x80 && i < len(subs) {
+			b.log.Warn("upstream refused an in-route subscription", "filter", subs[i].Filter, "reason", fmt.Sprintf("0x%02X", rc))
+		}
+	}
+	b.mu.Lock()
+	b.open = true
+	held := b.held
+	b.held = nil
+	b.mu.Unlock()
+	for _, m := range held {
+		if !b.deliver(ctx, m) {
+			b.mu.Lock()
+			b.heldDrops++
+			b.mu.Unlock()
+			b.log.Warn("dropping an upstream message no in-route claims", "topic", m.Topic)
+		}
+	}
+	return nil
+}
+
+// onMessage handles a PUBLISH from the upstream, on the client's reader
+// goroutine: its acknowledgement waits until the local publish is done.
+func (b *Bridge) onMessage(m *Incoming) {
+	ctx := context.Background()
+	b.mu.Lock()
+	open := b.open
+	b.mu.Unlock()
+	if open && b.deliver(ctx, m) {
+		return
+	}
+	// A resumed session's backlog can arrive before the subscriptions it
+	// belongs to are open again: hold it, within bounds.
+	cp := *m
+	cp.Payload = bytes.Clone(m.Payload)
+	b.mu.Lock()
+	if len(b.held) >= maxHeld {
+		b.held = b.held[1:]
+		b.heldDrops++
+		b.log.Warn("too many upstream messages wait for an in-route; the oldest is dropped", "limit", maxHeld)
+	}
+	b.held = append(b.held, &cp)
+	b.mu.Unlock()
+}
+
+// deliver publishes m locally on every in-route that claims it: by its
+// subscription identifiers when it has any, else by filter.
+func (b *Bridge) deliver(ctx context.Context, m *Incoming) bool {
+	b.mu.Lock()
+	subIDs := b.info.SubIDsAvailable
+	b.mu.Unlock()
+	claimed := false
+	for i := range b.ins {
+		r := &b.ins[i]
+		if len(m.SubIDs) > 0 {
+			if r.subID == 0 || !containsInt(m.SubIDs, r.subID) {
+				continue
+			}
+		} else if r.subID != 0 && subIDs || !matcher.Matches(r.filter, m.Topic) {
+			continue
+		}
+		claimed = true
+		local, ok := r.topic.render(m.Topic)
+		if !ok {
+			b.log.Warn("in-route makes no valid local topic; dropped", "route", r.index, "topic", m.Topic)
+			continue
+		}
+		qos := min(m.QoS, byte(r.QoS))
+		// The broker keeps the payload; the client's buffer is not ours.
+		if err := b.local.Publish(ctx, local, bytes.Clone(m.Payload), qos, m.Retain); err != nil {
+			b.log.Warn("publishing an upstream message locally failed", "topic", local, "err", err)
+		}
+		b.mu.Lock()
+		b.inbound++
+		b.mu.Unlock()
+	}
+	return claimed
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// send hands outbox entries to the link within its window and the pace,
+// until the link ends or ctx is done.
+func (b *Bridge) send(ctx context.Context, c *Client) {
+	pace := newPacer(b.cfg.Rate, max(c.Window(), 1))
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, m := range b.ob.takeMemory() {
+			_, _ = c.Publish(&Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
+		}
+		if free := c.Window() - c.Inflight(); free > 0 && b.ob.pending() {
+			if n := pace.take(min(free, 64)); n > 0 {
+				entries := b.ob.next(n)
+				for i := range entries {
+					if err := b.publish(c, &entries[i]); err != nil {
+						// The link is going: what is left is sent again on
+						// the next one (rewind).
+						break
+					}
+				}
+				if in := c.Inflight(); in > 0 {
+					b.mu.Lock()
+					b.peak = max(b.peak, in)
+					b.mu.Unlock()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Done():
+			return
+		case <-b.ob.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+func (b *Bridge) publish(c *Client, e *storage.OutboxEntry) error {
+	seq, topic := e.Seq, e.Msg.Topic
+	_, err := c.Publish(&Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain}, func(err error, reason byte) {
+		if err != nil {
+			return // the link failed; the entry is sent again after rewind
+		}
+		why := ""
+		if reason >= 0x80 {
+			why = DropRejected
+			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
+		}
+		b.ob.acked(seq, topic, why)
+		b.mu.Lock()
+		b.acked++
+		b.mu.Unlock()
+		b.ob.signal()
+	})
+	if err == nil {
+		b.mu.Lock()
+		b.sent++
+		b.mu.Unlock()
+	}
+	return err
+}
+
+// pacer is a token bucket: rate tokens a second, up to burst.
+type pacer struct {
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newPacer(rate, burst int) *pacer {
+	return &pacer{rate: float64(rate), burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+// take returns how many of want may go now, 0 < result <= want, or 0.
+func (p *pacer) take(want int) int {
+	if p.rate <= 0 {
+		return want
+	}
+	now := time.Now()
+	p.tokens = min(p.burst, p.tokens+now.Sub(p.last).Seconds()*p.rate)
+	p.last = now
+	n := min(want, int(p.tokens))
+	p.tokens -= float64(n)
+	return n
+}
+
+// Stats is a bridge's link and outbox, for metrics and the status page.
+type Stats struct {
+	Name       string
+	State      string // connecting, connected, down or stopped
+	Since      time.Time
+	LastError  string
+	Protocol   byte // 5 or 4 once connected
+	Depth      int  // messages in the outbox
+	Bytes      int64
+	OldestAge  time.Duration
+	Sent       uint64 // messages handed to the link
+	Acked      uint64 // acknowledged by the upstream
+	Inbound    uint64 // upstream messages published locally
+	Reconnects uint64 // connections made
+	Dropped    map[string]uint64
+	// Window is the in-flight limit of the current (or last) link: the
+	// smaller of max_inflight and the server's Receive Maximum.
+	Window       int
+	PeakInflight int // the most messages seen in flight at once
+}
+
+// Stats returns a snapshot of the bridge.
+func (b *Bridge) Stats() Stats {
+	b.ob.mu.Lock()
+	st := Stats{Depth: b.ob.count, Bytes: b.ob.bytes, Dropped: make(map[string]uint64, len(b.ob.dropped)+1)}
+	for k, v := range b.ob.dropped {
+		st.Dropped[k] = v
+	}
+	b.ob.mu.Unlock()
+	if t := b.ob.oldest(); !t.IsZero() {
+		st.OldestAge = time.Since(t)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st.Name, st.State, st.Since, st.LastError = b.cfg.Name, b.state, b.since, b.lastErr
+	st.Protocol = b.info.Version
+	st.Sent, st.Acked, st.Inbound, st.Reconnects = b.sent, b.acked, b.inbound, b.reconnects
+	st.Window, st.PeakInflight = b.window, b.peak
+	if b.heldDrops > 0 {
+		st.Dropped["unclaimed"] = b.heldDrops
+	}
+	return st
+}

@@ -1,0 +1,206 @@
+package bridge
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/matcher"
+)
+
+// template is a compiled topic template: literal text, {topic}, {device}
+// and {N} (the Nth level of the source topic, from 1).
+type template struct {
+	parts []tplPart
+}
+
+type tplPart struct {
+	lit   string
+	level int // >0: that level; -1: the whole topic; 0: lit
+}
+
+func compileTemplate(t, device string) (template, error) {
+	var tp template
+	rest := t
+	for rest != "" {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			tp.parts = append(tp.parts, tplPart{lit: rest})
+			break
+		}
+		if i > 0 {
+			tp.parts = append(tp.parts, tplPart{lit: rest[:i]})
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return template{}, fmt.Errorf("template %q: { without }", t)
+		}
+		switch name := rest[i+1 : i+j]; name {
+		case "topic":
+			tp.parts = append(tp.parts, tplPart{level: -1})
+		case "device":
+			tp.parts = append(tp.parts, tplPart{lit: device})
+		default:
+			n, err := strconv.Atoi(name)
+			if err != nil || n < 1 {
+				return template{}, fmt.Errorf("template %q: unknown placeholder {%s}", t, name)
+			}
+			tp.parts = append(tp.parts, tplPart{level: n})
+		}
+		rest = rest[i+j+1:]
+	}
+	return tp, nil
+}
+
+// render makes the topic for source; ok is false when the template names a
+// level source does not have, or the result is not a valid topic.
+func (tp template) render(source string) (string, bool) {
+	if len(tp.parts) == 1 && tp.parts[0].level == -1 {
+		return source, true // the common {topic}: no allocation
+	}
+	var b strings.Builder
+	for _, p := range tp.parts {
+		switch {
+		case p.level == -1:
+			b.WriteString(source)
+		case p.level > 0:
+			lv, ok := level(source, p.level)
+			if !ok {
+				return "", false
+			}
+			b.WriteString(lv)
+		default:
+			b.WriteString(p.lit)
+		}
+	}
+	out := b.String()
+	if matcher.ValidateTopic(out) != nil {
+		return "", false
+	}
+	return out, true
+}
+
+// level returns the nth level of topic, counting from 1.
+func level(topic string, n int) (string, bool) {
+	for i := 1; ; i++ {
+		j := strings.IndexByte(topic, '/')
+		if i == n {
+			if j < 0 {
+				return topic, true
+			}
+			return topic[:j], true
+		}
+		if j < 0 {
+			return "", false
+		}
+		topic = topic[j+1:]
+	}
+}
+
+// outRoute is a compiled out-route.
+type outRoute struct {
+	config.OutRoute
+	index  int
+	filter string // with {device} replaced
+	topic  template
+}
+
+// inRoute is a compiled in-route.
+type inRoute struct {
+	config.InRoute
+	index  int
+	filter string
+	topic  template
+	subID  int // the subscription identifier, 0 when the filter overlaps no other
+}
+
+// overlap reports whether some topic matches both filters.
+func overlap(a, b string) bool {
+	la, lb := strings.Split(a, "/"), strings.Split(b, "/")
+	for i := 0; ; i++ {
+		switch {
+		case i < len(la) && la[i] == "#", i < len(lb) && lb[i] == "#":
+			return true
+		case i == len(la) && i == len(lb):
+			return true
+		case i == len(la) || i == len(lb):
+			// One ran out: only a following # (which matches its parent
+			// level) could still match, and that case returned above.
+			return false
+		case la[i] == "+" || lb[i] == "+" || la[i] == lb[i]:
+			continue
+		default:
+			return false
+		}
+	}
+}
+
+// maxSubID is the largest subscription identifier MQTT 5 allows (a
+// variable byte integer, §3.8.2.1.2).
+const maxSubID = 268_435_455
+
+// subIDFor derives a filter's subscription identifier from the filter
+// itself, so that a restarted gateway resuming its upstream session gives
+// each filter the identifier the server still holds. taken resolves the
+// rare collision deterministically: the next candidate is the hash of the
+// filter with a counter appended.
+func subIDFor(filter string, taken map[int]bool) int {
+	for n := 0; ; n++ {
+		h := fnv.New32a()
+		h.Write([]byte(filter))
+		if n > 0 {
+			h.Write([]byte{0, byte(n)})
+		}
+		id := int(h.Sum32()%maxSubID) + 1
+		if !taken[id] {
+			return id
+		}
+	}
+}
+
+// compileRoutes builds a bridge's routes and gives overlapping in-route
+// filters their subscription identifiers.
+func compileRoutes(c config.Bridge, device string) ([]outRoute, []inRoute, error) {
+	outs := make([]outRoute, len(c.Out))
+	for i, r := range c.Out {
+		tp, err := compileTemplate(r.Topic, device)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bridge %s: out[%d].topic: %w", c.Name, i, err)
+		}
+		outs[i] = outRoute{OutRoute: r, index: i, filter: strings.ReplaceAll(r.Filter, "{device}", device), topic: tp}
+	}
+	ins := make([]inRoute, len(c.In))
+	for i, r := range c.In {
+		tp, err := compileTemplate(r.Topic, device)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bridge %s: in[%d].topic: %w", c.Name, i, err)
+		}
+		ins[i] = inRoute{InRoute: r, index: i, filter: strings.ReplaceAll(r.Filter, "{device}", device), topic: tp}
+	}
+	taken := map[int]bool{}
+	for i := range ins {
+		for j := range ins {
+			if i != j && overlap(ins[i].filter, ins[j].filter) {
+				ins[i].subID = subIDFor(ins[i].filter, taken)
+				taken[ins[i].subID] = true
+				break
+			}
+		}
+	}
+	return outs, ins, nil
+}
+
+// overlapping returns the first pair of in-routes whose filters overlap,
+// for the error when the server offers no subscription identifiers.
+func overlapping(ins []inRoute) (a, b *inRoute) {
+	for i := range ins {
+		for j := i + 1; j < len(ins); j++ {
+			if overlap(ins[i].filter, ins[j].filter) {
+				return &ins[i], &ins[j]
+			}
+		}
+	}
+	return nil, nil
+}
