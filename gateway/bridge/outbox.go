@@ -50,7 +50,7 @@ type outbox struct {
 	gone      map[uint64]int64
 	gapSeq    uint64    // the sequence number the sender waits for
 	gapSince  time.Time // since when
-	goneOrder []goneAt // the same entries, oldest first, for pruning
+	goneOrder []goneAt  // the same entries, oldest first, for pruning
 
 	memory      []memEntry // memory-only QoS 0 messages, oldest first
 	memoryBytes int
