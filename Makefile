@@ -154,7 +154,7 @@ qemu-sensors: system-packages
 		( cd $$pkg && qemu-aarch64-static $(CURDIR)/$$out -test.count=1 ); \
 	done
 
-## tools: install staticcheck, qemu-user-static, gcc (for -race) and the mosquitto clients when missing
+## tools: install staticcheck, qemu-user-static, gcc (for -race), mosquitto (the bridge tests' upstream) and its clients when missing
 tools: staticcheck system-packages
 
 staticcheck:
@@ -167,6 +167,7 @@ system-packages:
 	@missing=""; \
 	command -v qemu-arm-static >/dev/null && command -v qemu-aarch64-static >/dev/null || missing+=" qemu-user-static"; \
 	command -v mosquitto_pub >/dev/null && command -v mosquitto_sub >/dev/null || missing+=" mosquitto-clients"; \
+	{ command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ]; } || missing+=" mosquitto"; \
 	command -v gcc >/dev/null || missing+=" gcc libc6-dev"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" -ne 0 ]; then \
@@ -174,7 +175,13 @@ system-packages:
 		exit 1; \
 	fi; \
 	export DEBIAN_FRONTEND=noninteractive; \
-	apt-get install -y $$missing || { apt-get update && apt-get install -y $$missing; }
+	apt-get install -y $$missing || { apt-get update && apt-get install -y $$missing; }; \
+	case "$$missing" in *" mosquitto "*|*" mosquitto") \
+		if [ -d /run/systemd/system ]; then \
+			echo "the tests run their own mosquitto; stopping the service the package started, to keep port 1883 free for fieldgate"; \
+			systemctl disable --now mosquitto.service || true; \
+		fi;; \
+	esac
 
 ## clean: remove bin/
 clean:

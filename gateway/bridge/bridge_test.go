@@ -540,3 +540,85 @@ func TestUnclaimedMessagesWait(t *testing.T) {
 		t.Errorf("unclaimed drops %d, want 10", st.Dropped["unclaimed"])
 	}
 }
+
+func TestPacer(t *testing.T) {
+	p := newPacer(100, 10)
+	if n := p.take(64); n != 10 {
+		t.Errorf("first take = %d, want the burst of 10", n)
+	}
+	if n := p.take(64); n > 1 {
+		t.Errorf("take right after = %d, want about 0", n)
+	}
+	p.last = p.last.Add(-100 * time.Millisecond) // 100 ms pass
+	if n := p.take(64); n < 9 || n > 10 {
+		t.Errorf("take after 100 ms at 100/s = %d, want about 10", n)
+	}
+	if n := newPacer(0, 1).take(64); n != 64 {
+		t.Errorf("unpaced take = %d, want all 64", n)
+	}
+}
+
+// TestExpiryKeepsAlarms: past max_outbox_age telemetry is dropped and
+// counted; alarms are never dropped.
+func TestExpiryKeepsAlarms(t *testing.T) {
+	nowhere := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := newSite(t, bridgeYAML(nowhere, "    max_outbox_age: 1m\n    out:\n      - {filter: \"t/#\"}\n      - {filter: \"a/#\", class: alarm}\n"), "")
+	for i := range 5 {
+		if err := s.publish("t/x", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.publish("a/x", "fire"); err != nil {
+		t.Fatal(err)
+	}
+	s.br.ob.expire(time.Now().Add(2 * time.Minute))
+	st := s.br.Stats()
+	if st.Depth != 1 || st.Dropped[DropExpired] != 5 {
+		t.Errorf("stats %+v, want the alarm kept and 5 expired", st)
+	}
+	if first, _ := outboxEnds(t, s); first != "fire" {
+		t.Errorf("outbox holds %q, want the alarm", first)
+	}
+}
+
+// TestMemoryOnlyRoute: a QoS 0 memory-only route reaches the upstream
+// without touching the outbox on disk.
+func TestMemoryOnlyRoute(t *testing.T) {
+	up := startMosquitto(t, MosquittoConfig{})
+	w := watch(t, up.Addr(), "watcher", "up/#", false)
+	s := newSite(t, bridgeYAML(up.Addr(), "    out:\n      - {filter: \"dbg/#\", topic: \"up/{2}\", qos: 0, memory_only: true}\n"), "")
+	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
+	for i := range 5 {
+		if err := s.pub.Publish(context.Background(), "dbg/x", []byte(strconv.Itoa(i)), 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the messages upstream", func() bool { return w.count("up/x") == 5 })
+	info, err := s.db.OutboxInfo("cloud")
+	if err != nil || info.LastSeq != 0 {
+		t.Errorf("outbox on disk %+v (%v), want never written", info, err)
+	}
+}
+
+// TestMutualTLSFromConfig: the bridge's tls: keys (a CA file, a client
+// certificate and key, a server name) reach an upstream that requires a
+// client certificate.
+func TestMutualTLSFromConfig(t *testing.T) {
+	up := startMosquitto(t, MosquittoConfig{TLS: true, RequireCertificate: true})
+	w := watch(t, up.Addr(), "watcher", "up/#", false)
+	tlsYAML := fmt.Sprintf("    tls: {enabled: true, ca_file: %q, cert: %q, key: %q, server_name: localhost}\n",
+		up.certs.caFile, up.certs.clientCert, up.certs.clientKey)
+	s := newSite(t, bridgeYAML(up.TLSAddr(), tlsYAML+"    out:\n      - {filter: \"d/#\", topic: \"up/{2}\"}\n"), "")
+	waitFor(t, "the TLS link", func() bool { return s.br.Stats().State == StateConnected })
+	if err := s.publish("d/x", "over tls"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message upstream", func() bool { return w.count("up/x") == 1 })
+
+	// Without the client certificate the upstream refuses the link.
+	s2 := newSite(t, bridgeYAML(up.TLSAddr(), fmt.Sprintf("    tls: {enabled: true, ca_file: %q}\n    out:\n      - {filter: \"d/#\"}\n", up.certs.caFile)), "")
+	waitFor(t, "the refused link", func() bool { st := s2.br.Stats(); return st.State == StateDown && st.LastError != "" })
+	if st := s2.br.Stats(); st.Reconnects != 0 {
+		t.Errorf("a link without a client certificate came up: %+v", st)
+	}
+}

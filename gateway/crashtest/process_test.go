@@ -71,6 +71,13 @@ type gateway struct {
 // ends, and the tail of its log printed if the test failed.
 func newGateway(t *testing.T, bin string) *gateway {
 	t.Helper()
+	return newGatewayWith(t, bin, "")
+}
+
+// newGatewayWith is newGateway with extra top-level configuration (such
+// as a bridges: section) appended to the file.
+func newGatewayWith(t *testing.T, bin, extra string) *gateway {
+	t.Helper()
 	dir := t.TempDir()
 	g := &gateway{
 		t: t, bin: bin, dir: dir,
@@ -99,7 +106,8 @@ listeners:
 ops:
   address: ""
 sensors: []
-`, g.dbPath, 1<<30, 1<<30, g.addr)
+outputs: []
+`, g.dbPath, 1<<30, 1<<30, g.addr) + extra
 	if err := os.WriteFile(g.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
