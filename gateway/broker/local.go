@@ -47,8 +47,9 @@ type Client struct {
 var ErrClientClosed = errors.New("broker: in-process client closed")
 
 // ErrQueueFull is returned by Publish when a persistent session's queue
-// policy refused the message for it (it reached every other subscriber).
-var ErrQueueFull = errors.New("a subscriber's queue is full")
+// policy, or a bridge's full alarm outbox, refused the message (it
+// reached every other receiver).
+var ErrQueueFull = errors.New("a queue the message must go to is full (a subscriber's, or a bridge's outbox)")
 
 // Connect opens an in-process client session under clientID, which must
 // not be used by network clients. The session ends when the client closes.

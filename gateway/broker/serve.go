@@ -296,7 +296,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 			}
 			return ackPacket(kind, pid, rcQuotaExceeded, true, c.ackReason("not stored: the gateway's storage failed"))
 		case fx.refused && c.v5:
-			return ackPacket(kind, pid, rcQuotaExceeded, true, c.ackReason("a subscriber's queue is full"))
+			return ackPacket(kind, pid, rcQuotaExceeded, true, c.ackReason("a queue it must go to is full (a subscriber's, or a bridge's outbox)"))
 		}
 		return ackPacket(kind, pid, rcSuccess, c.v5, "")
 	})

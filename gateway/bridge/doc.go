@@ -1,0 +1,25 @@
+// Package bridge carries messages between the local broker and a cloud
+// broker: out-routes up through a durable outbox, in-routes back down to
+// local subscribers, over one upstream connection per bridge with our own
+// MQTT client on mochi's packets codec.
+//
+// The contract:
+//
+//   - A local message matching an out-route is in the outbox, in the same
+//     storage batch as the publish's other effects, before its publisher
+//     is acknowledged (Offer, called by the broker); it is deleted only
+//     after the upstream's PUBACK (QoS 1) or PUBCOMP (QoS 2). A crash
+//     between the two sends it again: a duplicate, never a loss.
+//   - Replay keeps the order of each route, never has more in flight than
+//     the server's Receive Maximum (or max_inflight), and is paced to rate
+//     messages a second.
+//   - A full outbox drops its oldest telemetry, refuses new alarms (0x97 to
+//     an MQTT 5 publisher) and never drops one, and keeps only the latest
+//     message per topic of a state route; every drop is counted by reason.
+//   - A link that goes quiet (no PINGRESP or acknowledgement within
+//     ack_timeout) is replaced; reconnects back off exponentially with
+//     full jitter.
+//   - Overlapping in-route filters get subscription identifiers derived
+//     from the filter, stable across restarts; what the bridge published
+//     locally from the upstream is never offered back out.
+package bridge
