@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -72,6 +73,20 @@ type Bridge struct {
 	heldDrops  uint64
 	window     int
 	peak       int // the most QoS 1/2 messages seen in flight at once
+
+	// flights are the outbox entries handed to the current or last link,
+	// by sequence, with their packet identifiers: after a reconnect with
+	// the session present they are resent with those identifiers
+	// [MQTT-4.4.0-1], so that the server's QoS 2 state still matches.
+	flights  map[uint64]*outFlight
+	received Received // inbound QoS 2 identifiers, across reconnects
+	resumed  uint64   // messages resent under their identifiers after a reconnect
+}
+
+// outFlight is one outbox entry in flight upstream.
+type outFlight struct {
+	pid      uint16
+	released bool // QoS 2: PUBREC came; PUBREL is what to resend
 }
 
 // Link states, as reported in Stats.
@@ -106,8 +121,10 @@ func New(cfg config.Bridge, opts Options) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: cfg, opts: opts, log: opts.Log.With("bridge", cfg.Name), outs: outs, ins: ins, ob: ob, copts: copts, state: StateStopped}
+	b := &Bridge{cfg: cfg, opts: opts, log: opts.Log.With("bridge", cfg.Name), outs: outs, ins: ins, ob: ob, copts: copts, state: StateStopped,
+		flights: map[uint64]*outFlight{}}
 	b.copts.OnMessage = b.onMessage
+	b.copts.Received = &b.received
 	if opts.Availability != "" {
 		for i := range outs {
 			if matcher.Matches(outs[i].filter, opts.Availability) {
@@ -305,6 +322,17 @@ func (b *Bridge) setState(state string, err error) {
 func (b *Bridge) run(ctx context.Context) {
 	backoff := Backoff{Min: b.cfg.ReconnectMin, Max: b.cfg.ReconnectMax}
 	attempt := 0
+	// The packet identifiers of QoS 2 messages in flight are kept in
+	// memory only. After a restart the upstream may still hold some of
+	// them in our session and would take a new message reusing one as a
+	// duplicate of the old: with a QoS 2 out-route the first connection
+	// starts clean (the outbox still resends everything unacknowledged).
+	opts := b.copts
+	for _, r := range b.outs {
+		if r.QoS == 2 {
+			opts.CleanStart = true
+		}
+	}
 	for ctx.Err() == nil {
 		b.mu.Lock()
 		down := b.state == StateDown
@@ -314,7 +342,7 @@ func (b *Bridge) run(ctx context.Context) {
 			// one line when the link goes, one when it is back.
 			b.setState(StateConnecting, nil)
 		}
-		c, err := Dial(ctx, b.copts)
+		c, err := Dial(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -330,6 +358,7 @@ func (b *Bridge) run(ctx context.Context) {
 			continue
 		}
 		attempt = 0
+		opts.CleanStart = b.copts.CleanStart
 		b.mu.Lock()
 		b.info = c.Info()
 		b.window = c.Window()
@@ -340,7 +369,6 @@ func (b *Bridge) run(ctx context.Context) {
 		b.mu.Lock()
 		b.open = false
 		b.mu.Unlock()
-		b.ob.rewind()
 		err = c.Err()
 		if ctx.Err() != nil {
 			_ = c.Close()
@@ -356,6 +384,10 @@ func (b *Bridge) run(ctx context.Context) {
 // connected runs one connection: the in-routes are subscribed, the
 // availability marked online, and the outbox sent until the link ends.
 func (b *Bridge) connected(ctx context.Context, c *Client) {
+	if !b.resume(c) {
+		_ = c.Close()
+		return
+	}
 	if err := b.subscribe(ctx, c); err != nil {
 		b.log.Warn("subscribing the in-routes failed", "err", err)
 		_ = c.Close()
@@ -519,8 +551,11 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 				entries := b.ob.next(n)
 				for i := range entries {
 					if err := b.publish(c, &entries[i]); err != nil {
-						// The link is going: what is left is sent again on
-						// the next one (rewind).
+						// The link is going (or its window closed): this
+						// entry and the rest go again later.
+						for _, e := range entries[i+1:] {
+							b.ob.unsend(e.Seq)
+						}
 						break
 					}
 				}
@@ -542,29 +577,130 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 	}
 }
 
-func (b *Bridge) publish(c *Client, e *storage.OutboxEntry) error {
-	seq, topic := e.Seq, e.Msg.Topic
-	_, err := c.Publish(&Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain}, func(err error, reason byte) {
+// resume deals with what was in flight on the last link: with the session
+// present upstream it is sent again under its packet identifiers (PUBREL
+// for a QoS 2 message past PUBREC); without, the outbox cursor goes back
+// and it is sent as new. It reports false when the link failed meanwhile.
+func (b *Bridge) resume(c *Client) bool {
+	b.mu.Lock()
+	flights := b.flights
+	b.flights = map[uint64]*outFlight{}
+	b.mu.Unlock()
+	if len(flights) == 0 {
+		return true
+	}
+	if !c.Info().SessionPresent {
+		b.ob.rewind()
+		return true
+	}
+	seqs := make([]uint64, 0, len(flights))
+	for seq := range flights {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		f := flights[seq]
+		var e *storage.OutboxEntry
+		_ = b.ob.db.OutboxScan(b.ob.name, seq-1, 1, func(got *storage.OutboxEntry) bool {
+			if got.Seq == seq {
+				e = got
+			}
+			return false
+		})
+		if e == nil {
+			continue // acknowledged after all (its delete is on disk)
+		}
+		var err error
+		switch {
+		case f.pid == 0:
+			// It never had an identifier (QoS 0, or the link went
+			// before it was written): it goes as new.
+			err = b.send1(c, e, 0)
+		case f.released:
+			b.track(seq, f)
+			err = c.Release(f.pid, b.done(seq, e.Msg.Topic))
+		default:
+			err = b.send1(c, e, f.pid)
+		}
 		if err != nil {
-			return // the link failed; the entry is sent again after rewind
+			b.log.Warn("resending after a reconnect failed", "err", err)
+			return false
+		}
+		if f.pid != 0 {
+			b.mu.Lock()
+			b.resumed++
+			b.mu.Unlock()
+		}
+	}
+	return true
+}
+
+func (b *Bridge) track(seq uint64, f *outFlight) {
+	b.mu.Lock()
+	b.flights[seq] = f
+	b.mu.Unlock()
+}
+
+// done is the completion of entry seq upstream.
+func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
+	return func(err error, reason byte) {
+		if err != nil {
+			if errors.Is(err, ErrReleasePending) {
+				b.mu.Lock()
+				if f := b.flights[seq]; f != nil {
+					f.released = true
+				}
+				b.mu.Unlock()
+			}
+			return // the link failed; resume or rewind deals with it
 		}
 		why := ""
 		if reason >= 0x80 {
 			why = DropRejected
 			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
 		}
-		b.ob.acked(seq, topic, why)
 		b.mu.Lock()
+		delete(b.flights, seq)
 		b.acked++
 		b.mu.Unlock()
+		b.ob.acked(seq, topic, why)
 		b.ob.signal()
-	})
-	if err == nil {
+	}
+}
+
+func (b *Bridge) publish(c *Client, e *storage.OutboxEntry) error {
+	return b.send1(c, e, 0)
+}
+
+// send1 publishes one outbox entry; pid is its identifier when resent.
+func (b *Bridge) send1(c *Client, e *storage.OutboxEntry, pid uint16) error {
+	seq, topic := e.Seq, e.Msg.Topic
+	m := &Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: pid != 0}
+	f := &outFlight{}
+	b.track(seq, f) // before Publish: its completion may come at once
+	got, err := c.Publish(m, b.done(seq, topic))
+	switch {
+	case err == nil:
 		b.mu.Lock()
+		f.pid = got
 		b.sent++
 		b.mu.Unlock()
+		return nil
+	case errors.Is(err, ErrTooLarge):
+		// The server will never take it: retrying would stop the route.
+		b.mu.Lock()
+		delete(b.flights, seq)
+		b.mu.Unlock()
+		b.log.Warn("message larger than the upstream accepts; it is dropped", "topic", topic, "bytes", len(e.Msg.Payload))
+		b.ob.acked(seq, topic, DropTooLarge)
+		return nil
+	default:
+		b.mu.Lock()
+		delete(b.flights, seq)
+		b.mu.Unlock()
+		b.ob.unsend(seq)
+		return err
 	}
-	return err
 }
 
 // pacer is a token bucket: rate tokens a second, up to burst.
@@ -610,7 +746,8 @@ type Stats struct {
 	// Window is the in-flight limit of the current (or last) link: the
 	// smaller of max_inflight and the server's Receive Maximum.
 	Window       int
-	PeakInflight int // the most messages seen in flight at once
+	PeakInflight int    // the most messages seen in flight at once
+	Resumed      uint64 // resent under their packet identifiers after a reconnect with the session present
 }
 
 // Stats returns a snapshot of the bridge.
@@ -629,7 +766,7 @@ func (b *Bridge) Stats() Stats {
 	st.Name, st.State, st.Since, st.LastError = b.cfg.Name, b.state, b.since, b.lastErr
 	st.Protocol = b.info.Version
 	st.Sent, st.Acked, st.Inbound, st.Reconnects = b.sent, b.acked, b.inbound, b.reconnects
-	st.Window, st.PeakInflight = b.window, b.peak
+	st.Window, st.PeakInflight, st.Resumed = b.window, b.peak, b.resumed
 	if b.heldDrops > 0 {
 		st.Dropped["unclaimed"] = b.heldDrops
 	}

@@ -18,6 +18,7 @@ const (
 	DropRefused    = "refused"     // an alarm refused while the outbox was full
 	DropMemoryFull = "memory_full" // a memory-only QoS 0 message past its memory budget
 	DropRejected   = "rejected"    // the upstream refused it (a reason code of 0x80 or more)
+	DropTooLarge   = "too_large"   // larger than the upstream's maximum packet size
 )
 
 // memoryOnlyBytes bounds the memory-only QoS 0 queue: a minute of brisk
@@ -343,6 +344,18 @@ func (ob *outbox) next(n int) []storage.OutboxEntry {
 		kept = append(kept, e)
 	}
 	return kept
+}
+
+// unsend takes back an entry handed to the link that the link did not
+// take (its window was full, or it was closing): it is sent again.
+func (ob *outbox) unsend(seq uint64) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	delete(ob.inflight, seq)
+	if seq-1 < ob.sent {
+		ob.sent = seq - 1
+	}
+	ob.signal()
 }
 
 // pending reports whether entries wait behind the cursor.
