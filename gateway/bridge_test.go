@@ -65,3 +65,41 @@ bridges:
 		return a != nil && string(a.Payload()) == "offline"
 	})
 }
+
+// TestTwoBridges: each configured upstream gets its own routes and outbox.
+func TestTwoBridges(t *testing.T) {
+	a, b := upstreamtest.Start(t), upstreamtest.Start(t)
+	doc := fmt.Sprintf(`storage: {path: %q}
+broker: {allow_anonymous: true}
+listeners: [{name: lan, type: tcp, address: %q}]
+ops: {address: ""}
+gateway: {name: two}
+bridges:
+  - name: ops-cloud
+    address: %q
+    out: [{filter: "ops/#"}]
+  - name: billing
+    address: %q
+    out: [{filter: "meter/#", class: state}]
+`, t.TempDir()+"/state.db", freeAddr(t), a.Addr(), b.Addr())
+	cfg, err := config.Parse("two.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	atA, _ := collect(t, a.Addr(), "#")
+	atB, _ := collect(t, b.Addr(), "#")
+	startGateway(t, cfg)
+	_, local := collect(t, cfg.Listeners[0].Address)
+	local.Publish("ops/cpu", 1, false, "42").WaitTimeout(5 * time.Second)
+	local.Publish("meter/kwh", 1, false, "1234").WaitTimeout(5 * time.Second)
+	atA.wait(t, "ops at the first upstream", func(last map[string]mqtt.Message, _ map[string]int) bool { return last["ops/cpu"] != nil })
+	atB.wait(t, "the meter at the second", func(last map[string]mqtt.Message, _ map[string]int) bool { return last["meter/kwh"] != nil })
+	time.Sleep(300 * time.Millisecond)
+	atA.mu.Lock()
+	defer atA.mu.Unlock()
+	atB.mu.Lock()
+	defer atB.mu.Unlock()
+	if atA.last["meter/kwh"] != nil || atB.last["ops/cpu"] != nil {
+		t.Error("a message reached the upstream whose routes do not match it")
+	}
+}
