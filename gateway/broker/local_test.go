@@ -425,3 +425,22 @@ func TestLocalClientCloseFromHandler(t *testing.T) {
 		return tb.Broker.sessions["self-closing"] == nil
 	}, "the session ends after its handler returns")
 }
+
+func TestStatsAndClients(t *testing.T) {
+	tb := startBroker(t, nil)
+	b := tb.Broker
+	c, _ := connectRaw(t, tb.Addr, 5, "stats-client", true, nil)
+	defer c.close()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(b.Clients()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cs := b.Clients()
+	if len(cs) != 1 || cs[0].ID != "stats-client" || cs[0].Remote == "" {
+		t.Fatalf("Clients() = %+v, want the one raw client", cs)
+	}
+	st := b.Stats()
+	if st.Connected < 1 || st.Connections < 1 || st.Started.IsZero() {
+		t.Errorf("Stats() = %+v", st)
+	}
+}

@@ -46,3 +46,66 @@ func (b *Broker) publishSys(now time.Time) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Stats is a snapshot of the broker's counters, for metrics and status.
+type Stats struct {
+	Started       time.Time
+	Connected     int64 // clients connected now, in-process ones included
+	Sessions      int   // sessions held, connected or not
+	Connections   int64 // connections accepted since start
+	MsgsReceived  int64
+	MsgsSent      int64
+	BytesReceived int64
+	BytesSent     int64
+	Dropped       int64 // messages dropped for a full queue or an expired one
+	Refused       int64 // publishes refused because a queue that never drops was full
+	Subscriptions int
+	Retained      int
+}
+
+// Stats returns the broker's counters now.
+func (b *Broker) Stats() Stats {
+	b.mu.Lock()
+	sessions := len(b.sessions)
+	b.mu.Unlock()
+	st := &b.stats
+	return Stats{
+		Started: b.start, Connected: st.connected.Load(), Sessions: sessions, Connections: st.totalConns.Load(),
+		MsgsReceived: st.msgsRecv.Load(), MsgsSent: st.msgsSent.Load(),
+		BytesReceived: st.bytesRecv.Load(), BytesSent: st.bytesSent.Load(),
+		Dropped: st.dropped.Load(), Refused: st.refused.Load(),
+		Subscriptions: b.index.Len(), Retained: b.retained.len(),
+	}
+}
+
+// ClientInfo is one connected network client, for the status page.
+type ClientInfo struct {
+	ID       string
+	User     string
+	Listener string
+	Remote   string
+	V5       bool
+}
+
+// Clients lists the network clients connected now (in-process ones are
+// the gateway's own), in no particular order.
+func (b *Broker) Clients() []ClientInfo {
+	b.lmu.Lock()
+	conns := make([]*conn, 0, len(b.live))
+	for c := range b.live {
+		conns = append(conns, c)
+	}
+	b.lmu.Unlock()
+	out := make([]ClientInfo, 0, len(conns))
+	for _, c := range conns {
+		c.qmu.Lock()
+		// The CONNACK is queued once CONNECT is accepted; the fields
+		// read below are set before and never change after.
+		ok := c.greeted && !c.closing
+		c.qmu.Unlock()
+		if ok && c.nc != nil {
+			out = append(out, ClientInfo{ID: c.clientID, User: c.user, Listener: c.listener, Remote: c.remote, V5: c.v5})
+		}
+	}
+	return out
+}
