@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
@@ -45,15 +47,11 @@ const maxHeld = 1024
 // broker: out-routes through a durable outbox, in-routes back to local
 // subscribers.
 type Bridge struct {
-	cfg    config.Bridge
-	opts   Options
-	log    *slog.Logger
-	outs   []outRoute
-	ins    []inRoute
-	ob     *outbox
-	copts  ClientOptions
-	online *outRoute // the out-route that carries the availability topic
-	remote string    // its remote topic
+	name string
+	opts Options
+	log  *slog.Logger
+	ob   *outbox
+	rt   atomic.Pointer[routing] // replaced whole by Reconfigure
 
 	local  Local
 	cancel context.CancelFunc
@@ -81,6 +79,19 @@ type Bridge struct {
 	flights  map[uint64]*outFlight
 	received Received // inbound QoS 2 identifiers, across reconnects
 	resumed  uint64   // messages resent under their identifiers after a reconnect
+	client   *Client  // the current link, nil while down
+	stale    []string // in-route filters to unsubscribe on the next link
+}
+
+// routing is a bridge's configuration as compiled: swapped whole, so that
+// a reload never shows a half-changed set of routes.
+type routing struct {
+	cfg    config.Bridge
+	outs   []outRoute
+	ins    []inRoute
+	copts  ClientOptions
+	online *outRoute // the out-route that carries the availability topic
+	remote string    // its remote topic
 }
 
 // outFlight is one outbox entry in flight upstream.
@@ -117,37 +128,106 @@ func New(cfg config.Bridge, opts Options) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: outbox: %w", cfg.Name, err)
 	}
-	copts, err := clientOptions(cfg, opts.Device)
+	b := &Bridge{name: cfg.Name, opts: opts, log: opts.Log.With("bridge", cfg.Name), ob: ob, state: StateStopped,
+		flights: map[uint64]*outFlight{}}
+	rt, err := b.compile(cfg, outs, ins)
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{cfg: cfg, opts: opts, log: opts.Log.With("bridge", cfg.Name), outs: outs, ins: ins, ob: ob, copts: copts, state: StateStopped,
-		flights: map[uint64]*outFlight{}}
-	b.copts.OnMessage = b.onMessage
-	b.copts.Received = &b.received
-	if opts.Availability != "" {
-		for i := range outs {
-			if matcher.Matches(outs[i].filter, opts.Availability) {
-				if remote, ok := outs[i].topic.render(opts.Availability); ok {
-					b.online, b.remote = &outs[i], remote
-					b.copts.Will = &Will{Topic: remote, Payload: []byte("offline"), QoS: 1, Retain: true}
-				}
-				break
-			}
-		}
-	}
+	b.rt.Store(rt)
 	if n := ob.count; n > 0 {
 		b.log.Info("outbox holds messages from before", "messages", n, "bytes", ob.bytes)
 	}
 	return b, nil
 }
 
+// compile builds the routing of cfg: the client's options, with the will
+// when an out-route carries the availability topic.
+func (b *Bridge) compile(cfg config.Bridge, outs []outRoute, ins []inRoute) (*routing, error) {
+	copts, err := clientOptions(cfg, b.opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	rt := &routing{cfg: cfg, outs: outs, ins: ins, copts: copts}
+	rt.copts.OnMessage = b.onMessage
+	rt.copts.Received = &b.received
+	if a := b.opts.Availability; a != "" {
+		for i := range outs {
+			if matcher.Matches(outs[i].filter, a) {
+				if remote, ok := outs[i].topic.render(a); ok {
+					rt.online, rt.remote = &outs[i], remote
+					rt.copts.Will = &Will{Topic: remote, Payload: []byte("offline"), QoS: 1, Retain: true}
+				}
+				break
+			}
+		}
+	}
+	return rt, nil
+}
+
+// Reconfigure applies a changed configuration of the same bridge (a
+// reload): routes and budgets take effect at once; when the link's own
+// settings or the in-routes changed, the link is replaced, and in-route
+// filters no longer configured are unsubscribed upstream. The outbox and
+// what it holds are kept; queued entries keep the class of the route
+// index they were queued under.
+func (b *Bridge) Reconfigure(cfg config.Bridge) error {
+	outs, ins, err := compileRoutes(cfg, b.opts.Device)
+	if err != nil {
+		return err
+	}
+	if cfg.Protocol == "3.1.1" {
+		if x, y := overlapping(ins); x != nil {
+			return fmt.Errorf("bridge %s: in[%d] (%s) and in[%d] (%s) overlap, and MQTT 3.1.1 has no subscription identifiers to tell their messages apart", cfg.Name, x.index, x.filter, y.index, y.filter)
+		}
+	}
+	rt, err := b.compile(cfg, outs, ins)
+	if err != nil {
+		return err
+	}
+	old := b.rt.Load()
+	b.ob.configure(int64(cfg.MaxOutboxBytes), cfg.MaxOutboxAge, outs)
+	relink := !sameLink(old.cfg, cfg)
+	var stale []string
+	for _, o := range old.ins {
+		found := false
+		for _, n := range ins {
+			found = found || n.filter == o.filter
+		}
+		if !found {
+			stale = append(stale, o.filter)
+		}
+	}
+	b.rt.Store(rt)
+	if relink || len(stale) > 0 || len(old.ins) != len(ins) {
+		b.mu.Lock()
+		b.stale = append(b.stale, stale...)
+		c := b.client
+		b.mu.Unlock()
+		if c != nil {
+			b.log.Info("bridge reconfigured; replacing the link")
+			_ = c.Close()
+		}
+	}
+	return nil
+}
+
+// sameLink reports whether two configurations connect the same way and
+// subscribe the same in-routes.
+func sameLink(a, b config.Bridge) bool {
+	a.Out, b.Out = nil, nil
+	a.MaxOutboxBytes, b.MaxOutboxBytes = 0, 0
+	a.MaxOutboxAge, b.MaxOutboxAge = 0, 0
+	a.Rate, b.Rate = 0, 0
+	return reflect.DeepEqual(a, b)
+}
+
 // Name returns the bridge's configured name.
-func (b *Bridge) Name() string { return b.cfg.Name }
+func (b *Bridge) Name() string { return b.name }
 
 // LocalID is the in-process client id the bridge must publish inbound
 // messages as: what that client publishes is never offered back out.
-func (b *Bridge) LocalID() string { return "fieldgate-bridge-" + b.cfg.Name }
+func (b *Bridge) LocalID() string { return "fieldgate-bridge-" + b.name }
 
 // clientOptions turns the configuration into the upstream client's options.
 func clientOptions(c config.Bridge, device string) (ClientOptions, error) {
@@ -216,8 +296,9 @@ func (b *Bridge) Offer(topic string, payload []byte, retain bool, from string, b
 	}
 	ok := true
 	var now time.Time
-	for i := range b.outs {
-		r := &b.outs[i]
+	rt := b.rt.Load()
+	for i := range rt.outs {
+		r := &rt.outs[i]
 		if !matcher.Matches(r.filter, topic) {
 			continue
 		}
@@ -311,29 +392,31 @@ func (b *Bridge) setState(state string, err error) {
 	}
 	switch {
 	case state == StateConnected:
-		b.log.Info("upstream connected", "address", b.cfg.Address)
+		b.log.Info("upstream connected", "address", b.rt.Load().cfg.Address)
 	case err != nil && state == StateDown:
-		b.log.Warn("upstream link down", "address", b.cfg.Address, "err", err)
+		b.log.Warn("upstream link down", "address", b.rt.Load().cfg.Address, "err", err)
 	}
 }
 
 // run keeps the link up: dial, subscribe, send until the link fails, then
 // wait with exponential backoff and full jitter, and again.
 func (b *Bridge) run(ctx context.Context) {
-	backoff := Backoff{Min: b.cfg.ReconnectMin, Max: b.cfg.ReconnectMax}
 	attempt := 0
 	// The packet identifiers of QoS 2 messages in flight are kept in
 	// memory only. After a restart the upstream may still hold some of
 	// them in our session and would take a new message reusing one as a
 	// duplicate of the old: with a QoS 2 out-route the first connection
 	// starts clean (the outbox still resends everything unacknowledged).
-	opts := b.copts
-	for _, r := range b.outs {
-		if r.QoS == 2 {
-			opts.CleanStart = true
-		}
-	}
+	first := true
 	for ctx.Err() == nil {
+		rt := b.rt.Load()
+		backoff := Backoff{Min: rt.cfg.ReconnectMin, Max: rt.cfg.ReconnectMax}
+		opts := rt.copts
+		for _, r := range rt.outs {
+			if r.QoS == 2 && first {
+				opts.CleanStart = true
+			}
+		}
 		b.mu.Lock()
 		down := b.state == StateDown
 		b.mu.Unlock()
@@ -358,8 +441,9 @@ func (b *Bridge) run(ctx context.Context) {
 			continue
 		}
 		attempt = 0
-		opts.CleanStart = b.copts.CleanStart
+		first = false
 		b.mu.Lock()
+		b.client = c
 		b.info = c.Info()
 		b.window = c.Window()
 		b.reconnects++
@@ -368,6 +452,7 @@ func (b *Bridge) run(ctx context.Context) {
 		b.connected(ctx, c)
 		b.mu.Lock()
 		b.open = false
+		b.client = nil
 		b.mu.Unlock()
 		err = c.Err()
 		if ctx.Err() != nil {
@@ -393,7 +478,7 @@ func (b *Bridge) connected(ctx context.Context, c *Client) {
 		_ = c.Close()
 		return
 	}
-	if b.online != nil {
+	if rt := b.rt.Load(); rt.online != nil {
 		// The will said offline when a link dropped; say online again,
 		// through the outbox so that it comes after anything queued
 		// earlier (an offline from the last shutdown, say).
@@ -402,7 +487,7 @@ func (b *Bridge) connected(ctx context.Context, c *Client) {
 		if b.opts.Store == nil {
 			bp = nil
 		}
-		b.ob.put(b.online, b.remote, []byte("online"), true, bp, time.Now())
+		b.ob.put(rt.online, rt.remote, []byte("online"), true, bp, time.Now())
 		if !batch.Empty() {
 			b.opts.Store.CommitLazy(&batch)
 		}
@@ -413,21 +498,39 @@ func (b *Bridge) connected(ctx context.Context, c *Client) {
 // subscribe opens the in-routes, giving overlapping filters their
 // subscription identifiers, then hands held messages to them.
 func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
-	if len(b.ins) == 0 {
+	rt := b.rt.Load()
+	b.mu.Lock()
+	stale := b.stale
+	b.stale = nil
+	b.mu.Unlock()
+	if len(stale) > 0 {
+		// In-routes removed by a reload: the upstream session still holds
+		// their subscriptions.
+		if err := c.Unsubscribe(ctx, stale); err != nil {
+			b.mu.Lock()
+			b.stale = append(b.stale, stale...)
+			b.mu.Unlock()
+			return err
+		}
+	}
+	if len(rt.ins) == 0 {
+		b.mu.Lock()
+		b.open = true
+		b.mu.Unlock()
 		return nil
 	}
 	info := c.Info()
 	var subs []Subscription
 	skip := map[int]bool{}
-	for i := range b.ins {
-		r := &b.ins[i]
+	for i := range rt.ins {
+		r := &rt.ins[i]
 		if r.subID != 0 && !info.SubIDsAvailable {
 			// The first of an overlapping pair is kept; the other cannot be
 			// told apart on this server.
 			for j := range i {
-				if !skip[j] && overlap(b.ins[j].filter, r.filter) {
+				if !skip[j] && overlap(rt.ins[j].filter, r.filter) {
 					b.log.Error("in-routes overlap and the upstream offers no subscription identifiers; this route is not subscribed",
-						"route", fmt.Sprintf("in[%d] %s", i, r.filter), "overlaps", fmt.Sprintf("in[%d] %s", j, b.ins[j].filter))
+						"route", fmt.Sprintf("in[%d] %s", i, r.filter), "overlaps", fmt.Sprintf("in[%d] %s", j, rt.ins[j].filter))
 					skip[i] = true
 					break
 				}
@@ -442,7 +545,7 @@ func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
 		}
 		subs = append(subs, s)
 	}
-	sctx, cancel := context.WithTimeout(ctx, b.cfg.AckTimeout)
+	sctx, cancel := context.WithTimeout(ctx, rt.cfg.AckTimeout)
 	defer cancel()
 	reasons, err := c.Subscribe(sctx, subs)
 	if err != nil {
@@ -500,8 +603,9 @@ func (b *Bridge) deliver(ctx context.Context, m *Incoming) bool {
 	subIDs := b.info.SubIDsAvailable
 	b.mu.Unlock()
 	claimed := false
-	for i := range b.ins {
-		r := &b.ins[i]
+	rt := b.rt.Load()
+	for i := range rt.ins {
+		r := &rt.ins[i]
 		if len(m.SubIDs) > 0 {
 			if r.subID == 0 || !containsInt(m.SubIDs, r.subID) {
 				continue
@@ -539,7 +643,7 @@ func containsInt(s []int, v int) bool {
 // send hands outbox entries to the link within its window and the pace,
 // until the link ends or ctx is done.
 func (b *Bridge) send(ctx context.Context, c *Client) {
-	pace := newPacer(b.cfg.Rate, max(c.Window(), 1))
+	pace := newPacer(b.rt.Load().cfg.Rate, max(c.Window(), 1))
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -763,7 +867,7 @@ func (b *Bridge) Stats() Stats {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st.Name, st.State, st.Since, st.LastError = b.cfg.Name, b.state, b.since, b.lastErr
+	st.Name, st.State, st.Since, st.LastError = b.name, b.state, b.since, b.lastErr
 	st.Protocol = b.info.Version
 	st.Sent, st.Acked, st.Inbound, st.Reconnects = b.sent, b.acked, b.inbound, b.reconnects
 	st.Window, st.PeakInflight, st.Resumed = b.window, b.peak, b.resumed

@@ -671,3 +671,52 @@ func TestQoS2ResumesAfterSilentOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestReconfigure: a reload changes the routes of a running bridge; a
+// removed in-route is unsubscribed upstream.
+func TestReconfigure(t *testing.T) {
+	up := startMosquitto(t, MosquittoConfig{})
+	w := watch(t, up.Addr(), "watcher", "#", false)
+	s := newSite(t, bridgeYAML(up.Addr(), "    out:\n      - {filter: \"d/#\", topic: \"old/{2}\"}\n    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n"), "")
+	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
+	if err := s.publish("d/x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the old route", func() bool { return w.count("old/x") == 1 })
+
+	cfg, err := config.Parse("r.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML(up.Addr(), "    out:\n      - {filter: \"d/#\", topic: \"new/{2}\"}\n    in:\n      - {filter: \"ota/#\", topic: \"local/{2}\"}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.br.Stats().Reconnects
+	if err := s.br.Reconfigure(cfg.Bridges[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new link", func() bool { st := s.br.Stats(); return st.Reconnects > before && st.State == StateConnected })
+	if err := s.publish("d/x", "2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new route", func() bool { return w.count("new/x") == 1 })
+	if n := w.count("old/x"); n != 1 {
+		t.Errorf("old route used %d times after the reload", n)
+	}
+	var mu sync.Mutex
+	var local []string
+	if err := s.pub.Subscribe("local/#", 1, func(m broker.Message) { mu.Lock(); local = append(local, m.Topic); mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	cmd := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr()).SetClientID("cloud-app"))
+	if tok := cmd.Connect(); !tok.WaitTimeout(upWait) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer cmd.Disconnect(100)
+	cmd.Publish("cmd/old", 1, false, "x").WaitTimeout(upWait)
+	cmd.Publish("ota/new", 1, false, "x").WaitTimeout(upWait)
+	waitFor(t, "the new in-route", func() bool { mu.Lock(); defer mu.Unlock(); return len(local) >= 1 })
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(local) != 1 || local[0] != "local/new" {
+		t.Errorf("local got %v, want only local/new: the removed in-route must be unsubscribed", local)
+	}
+}

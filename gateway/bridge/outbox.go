@@ -113,6 +113,17 @@ func newOutbox(db *storage.DB, name string, max int64, ttl time.Duration, routes
 	return ob, nil
 }
 
+// configure applies changed budgets and route classes (a reload).
+func (ob *outbox) configure(max int64, ttl time.Duration, routes []outRoute) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	ob.max, ob.ttl = max, ttl
+	ob.alarm = ob.alarm[:0]
+	for _, r := range routes {
+		ob.alarm = append(ob.alarm, r.Class == config.ClassAlarm)
+	}
+}
+
 func (ob *outbox) signal() {
 	select {
 	case ob.wake <- struct{}{}:
@@ -370,9 +381,9 @@ func (ob *outbox) expire(now time.Time) {
 	if ob.db == nil {
 		return
 	}
-	limit := now.Add(-ob.ttl).UnixNano()
 	var b storage.Batch
 	ob.mu.Lock()
+	limit := now.Add(-ob.ttl).UnixNano()
 	ob.pruneGone(now.UnixNano())
 	_ = ob.db.OutboxScan(ob.name, 0, 0, func(e *storage.OutboxEntry) bool {
 		if e.Added >= limit {

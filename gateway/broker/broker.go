@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +63,11 @@ type Broker struct {
 	opts  Options
 	log   *slog.Logger
 	index *matcher.Index
-	users *auth.Passwords // nil without a password file
-	acl   *auth.ACL
-	start time.Time
+	users *auth.Passwords          // nil without a password file
+	acl   atomic.Pointer[auth.ACL] // replaced whole by SetACL
+	// outbound is Options.Outbound, replaced whole by SetOutbound.
+	outbound atomic.Pointer[[]Outbound]
+	start    time.Time
 
 	// mu guards sessions and the life cycle of every session: connect,
 	// takeover, disconnect and expiry.
@@ -138,7 +141,9 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 		}
 		b.users = users
 	}
-	b.acl = auth.NewACL(opts.ACL)
+	b.acl.Store(auth.NewACL(opts.ACL))
+	out := slices.Clone(opts.Outbound)
+	b.outbound.Store(&out)
 	if err := b.restore(); err != nil {
 		return nil, err
 	}
@@ -381,4 +386,17 @@ func (b *Broker) sweep(now time.Time) {
 		b.log.Warn("disconnecting a stalled client", "client", c.clientID, "waited", b.opts.InflightTimeout)
 		c.shutdown(rcQuotaExceeded, "")
 	}
+}
+
+// SetACL replaces the access rules; connections made from now on get the
+// new ones, connections already open keep the rules they were given.
+func (b *Broker) SetACL(rules []config.ACLRule) {
+	b.acl.Store(auth.NewACL(rules))
+}
+
+// SetOutbound replaces the outbound queues offered every routed message,
+// as when the bridges are reconfigured.
+func (b *Broker) SetOutbound(out []Outbound) {
+	out = slices.Clone(out)
+	b.outbound.Store(&out)
 }

@@ -207,7 +207,7 @@ func (c *conn) accept(pk *packets.Packet) bool {
 	}
 
 	// The client's ACL rules, worked out once for its user and client id.
-	c.perms = b.acl.For(c.user, c.clientID)
+	c.perms = b.acl.Load().For(c.user, c.clientID)
 
 	var w *will
 	if cp.WillFlag {

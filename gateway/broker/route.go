@@ -24,7 +24,7 @@ type routeBuf struct {
 // offer hands m to every Outbound; one that refuses it marks the publish
 // refused (0x97 for an MQTT 5 publisher), while local subscribers still
 // get it.
-func (b *Broker) offer(m *message, from matcher.Handle, fx *effects) {
+func (b *Broker) offer(out []Outbound, m *message, from matcher.Handle, fx *effects) {
 	o := Offered{Topic: m.topic, Payload: m.payload, QoS: m.qos, Retain: m.retain}
 	if from != matcher.NoHandle {
 		b.hmu.RLock()
@@ -37,7 +37,7 @@ func (b *Broker) offer(m *message, from matcher.Handle, fx *effects) {
 	if b.store != nil {
 		batch = &fx.batch
 	}
-	for _, ob := range b.opts.Outbound {
+	for _, ob := range out {
 		if !ob.Offer(&o, batch) {
 			fx.refused = true
 			b.stats.refused.Add(1)
@@ -68,8 +68,10 @@ var routeBufs = sync.Pool{New: func() any { return new(routeBuf) }}
 // retained change, deliveries to persistent sessions) goes into fx's
 // batch; the caller commits it. Without fx nothing is stored: $SYS.
 func (b *Broker) publish(m *message, from matcher.Handle, fx *effects) int {
-	if fx != nil && len(b.opts.Outbound) > 0 && !strings.HasPrefix(m.topic, "$") {
-		b.offer(m, from, fx)
+	if fx != nil && !strings.HasPrefix(m.topic, "$") {
+		if out := *b.outbound.Load(); len(out) > 0 {
+			b.offer(out, m, from, fx)
+		}
 	}
 	if m.retain {
 		if len(m.payload) == 0 {
