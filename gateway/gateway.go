@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge"
@@ -25,9 +26,41 @@ import (
 // and queued messages when the gateway stops.
 const shutdownGrace = 5 * time.Second
 
+// Options is what RunWith needs besides the configuration.
+type Options struct {
+	Version string         // reported on $SYS and in discovery
+	Level   *slog.LevelVar // the logger's level, set anew when a reload changes log.level
+	// Reload delivers configurations to apply while running (SIGHUP);
+	// each is checked already. What cannot change live is reported.
+	Reload <-chan *config.Config
+	// Reloaded, when set, is told the outcome of each reload: the keys
+	// applied, the keys that need a restart, and an error when the new
+	// configuration was refused and the running one kept.
+	Reloaded func(applied, restart []string, err error)
+}
+
 // Run starts the gateway described by cfg and blocks until ctx is done; it
 // returns nil after a clean shutdown. version is reported on $SYS.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, version string) error {
+	return RunWith(ctx, cfg, log, Options{Version: version})
+}
+
+// gw is a running gateway: what RunWith started, for reloads and shutdown.
+type gw struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	opts    Options
+	ctx     context.Context
+	store   *storage.DB
+	b       *broker.Broker
+	poller  *sensors.Poller
+	cl      *broker.Client // the sensors' client
+	bridges []*bridge.Bridge
+	locals  []*broker.Client // the bridges' clients, in the same order
+}
+
+// RunWith is Run with options: reloads while running, and the log level.
+func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Options) error {
 	if cfg == nil {
 		return errors.New("gateway: run: no configuration")
 	}
@@ -43,56 +76,207 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, version stri
 			log.Error("closing the state database", "err", err)
 		}
 	}()
+	g := &gw{cfg: cfg, log: log, opts: opts, ctx: ctx, store: store}
 	bridges, outbound, err := newBridges(cfg, store, log)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	b, err := broker.New(broker.Options{
-		Broker: cfg.Broker, Listeners: cfg.Listeners, Version: version,
+	g.bridges = bridges
+	g.b, err = broker.New(broker.Options{
+		Broker: cfg.Broker, Listeners: cfg.Listeners, Version: opts.Version,
 		Store: store, MaxStoredBytes: int64(cfg.Storage.MaxQueuedBytes), QueuePolicy: cfg.Storage.QueuePolicy,
 		Outbound: outbound,
 	}, log.With("component", "broker"))
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	if err := b.Start(); err != nil {
+	if err := g.b.Start(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	poller, cl, err := startSensors(ctx, cfg, b, log, version)
+	g.poller, g.cl, err = startSensors(ctx, cfg, g.b, log, opts.Version)
 	if err != nil {
-		if err := b.Shutdown(sctx); err != nil {
+		if err := g.b.Shutdown(sctx); err != nil {
 			log.Warn("broker shutdown incomplete", "err", err)
 		}
 		return fmt.Errorf("gateway: %w", err)
 	}
 	// The bridges outlive ctx: they are stopped after the sensors, below.
-	locals, err := startBridges(context.WithoutCancel(ctx), b, bridges)
+	g.locals, err = startBridges(context.WithoutCancel(ctx), g.b, bridges)
 	if err != nil {
-		poller.Stop(sctx)
-		cl.Close()
-		if err := b.Shutdown(sctx); err != nil {
+		g.poller.Stop(sctx)
+		g.cl.Close()
+		if err := g.b.Shutdown(sctx); err != nil {
 			log.Warn("broker shutdown incomplete", "err", err)
 		}
 		return fmt.Errorf("gateway: %w", err)
 	}
 	log.Info("gateway started", "listeners", len(cfg.Listeners), "sensors", len(cfg.Sensors), "outputs", len(cfg.Outputs),
 		"bridges", len(bridges), "storage", cfg.Storage.Path)
-	<-ctx.Done()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case next := <-opts.Reload:
+			applied, restart, err := g.reload(next)
+			switch {
+			case err != nil:
+				log.Error("reload refused; the running configuration is kept", "err", err)
+			case len(restart) > 0:
+				log.Warn("configuration reloaded; some changes need a restart", "applied", applied, "restart", restart)
+			default:
+				log.Info("configuration reloaded", "applied", applied)
+			}
+			if opts.Reloaded != nil {
+				opts.Reloaded(applied, restart, err)
+			}
+		}
+	}
 	log.Info("gateway stopping", "reason", context.Cause(ctx))
 	// The reverse of the start, but for the bridges: the sensors stop
 	// first, so that the outputs' safe states and the gateway's offline
 	// mark still reach the outbox and, while the link holds, the upstream.
 	sctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	poller.Stop(sctx)
-	cl.Close()
-	stopBridges(sctx, bridges, locals)
-	if err := b.Shutdown(sctx); err != nil {
+	g.poller.Stop(sctx)
+	g.cl.Close()
+	stopBridges(sctx, g.bridges, g.locals)
+	if err := g.b.Shutdown(sctx); err != nil {
 		log.Warn("broker shutdown incomplete", "err", err)
 	}
 	log.Info("gateway stopped")
+	return nil
+}
+
+// reload applies next where it can change live: the log level, the ACL,
+// the sensors and outputs (the poller restarts with them), and the
+// bridges (reconfigured, added or stopped). Everything else is listed as
+// needing a restart. A part that fails to apply leaves that part as it
+// was and returns the error.
+func (g *gw) reload(next *config.Config) (applied, restart []string, err error) {
+	cur := g.cfg
+	differs := func(a, b any) bool { return !reflect.DeepEqual(a, b) }
+	if differs(cur.Storage, next.Storage) {
+		restart = append(restart, "storage")
+	}
+	if differs(cur.Listeners, next.Listeners) {
+		restart = append(restart, "listeners")
+	}
+	if differs(cur.Ops, next.Ops) {
+		restart = append(restart, "ops")
+	}
+	if cur.Log.Format != next.Log.Format {
+		restart = append(restart, "log.format")
+	}
+	bc, nb := cur.Broker, next.Broker
+	bc.ACL, nb.ACL = nil, nil
+	if differs(bc, nb) {
+		restart = append(restart, "broker")
+	}
+	if cur.Gateway.Name != next.Gateway.Name && len(next.Bridges) > 0 {
+		restart = append(restart, "gateway.name (for the bridges' {device})")
+	}
+
+	if cur.Log.Level != next.Log.Level && g.opts.Level != nil {
+		g.opts.Level.Set(next.Log.SlogLevel())
+		applied = append(applied, "log.level")
+	}
+	if differs(cur.Broker.ACL, next.Broker.ACL) {
+		g.b.SetACL(next.Broker.ACL)
+		applied = append(applied, "broker.acl (for new connections)")
+	}
+	if differs(cur.Sensors, next.Sensors) || differs(cur.Outputs, next.Outputs) || differs(cur.Gateway, next.Gateway) {
+		if err := g.restartSensors(next); err != nil {
+			return applied, restart, err
+		}
+		applied = append(applied, "sensors", "outputs")
+	}
+	if differs(cur.Bridges, next.Bridges) {
+		if err := g.reloadBridges(next); err != nil {
+			return applied, restart, err
+		}
+		applied = append(applied, "bridges")
+	}
+	g.cfg = next
+	return applied, restart, nil
+}
+
+// restartSensors stops the poller (its outputs go to their safe state)
+// and starts one on next; if that fails, the old configuration runs again.
+func (g *gw) restartSensors(next *config.Config) error {
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	g.poller.Stop(sctx)
+	g.cl.Close()
+	p, cl, err := startSensors(g.ctx, next, g.b, g.log, g.opts.Version)
+	if err != nil {
+		p, cl, err2 := startSensors(g.ctx, g.cfg, g.b, g.log, g.opts.Version)
+		if err2 != nil {
+			return fmt.Errorf("sensors: %w; and the previous configuration failed again: %v", err, err2)
+		}
+		g.poller, g.cl = p, cl
+		return fmt.Errorf("sensors: %w", err)
+	}
+	g.poller, g.cl = p, cl
+	return nil
+}
+
+// reloadBridges reconfigures the bridges that stay, starts new ones and
+// stops removed ones; a removed bridge's outbox stays in the state file.
+func (g *gw) reloadBridges(next *config.Config) error {
+	device := sensors.DeviceName(next.Gateway.Name)
+	byName := map[string]int{}
+	for i, br := range g.bridges {
+		byName[br.Name()] = i
+	}
+	// Check every change before applying any.
+	var added []*bridge.Bridge
+	for _, bc := range next.Bridges {
+		if _, ok := byName[bc.Name]; ok {
+			continue
+		}
+		br, err := bridge.New(bc, bridge.Options{Device: device, Store: g.store, Log: g.log.With("component", "bridge"),
+			Availability: next.Gateway.TopicPrefix + "/" + device + "/availability"})
+		if err != nil {
+			return err
+		}
+		added = append(added, br)
+	}
+	var bridges []*bridge.Bridge
+	var locals []*broker.Client
+	keep := map[string]bool{}
+	for _, bc := range next.Bridges {
+		i, ok := byName[bc.Name]
+		if !ok {
+			continue
+		}
+		if err := g.bridges[i].Reconfigure(bc); err != nil {
+			return err
+		}
+		keep[bc.Name] = true
+		bridges = append(bridges, g.bridges[i])
+		locals = append(locals, g.locals[i])
+	}
+	newLocals, err := startBridges(context.WithoutCancel(g.ctx), g.b, added)
+	if err != nil {
+		return err
+	}
+	bridges = append(bridges, added...)
+	locals = append(locals, newLocals...)
+	outbound := make([]broker.Outbound, len(bridges))
+	for i, br := range bridges {
+		outbound[i] = bridgeOutbound{br}
+	}
+	g.b.SetOutbound(outbound)
+	for i, br := range g.bridges {
+		if !keep[br.Name()] {
+			g.log.Info("bridge removed; its outbox stays in the state file", "bridge", br.Name())
+			br.Stop()
+			g.locals[i].Close()
+		}
+	}
+	g.bridges, g.locals = bridges, locals
 	return nil
 }
 
