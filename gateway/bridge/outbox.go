@@ -49,6 +49,7 @@ type outbox struct {
 	// with when, so that scans (which see only committed entries) skip
 	// them; they are forgotten once surely committed.
 	gone      map[uint64]int64
+	deletes   []uint64  // acknowledged entries not yet deleted in storage
 	gapSeq    uint64    // the sequence number the sender waits for
 	gapSince  time.Time // since when
 	goneOrder []goneAt  // the same entries, oldest first, for pruning
@@ -272,17 +273,38 @@ func (ob *outbox) acked(seq uint64, topic string, reason string) {
 			ob.dropped[reason]++
 		}
 	}
-	ob.mu.Unlock()
 	if ok && ob.db != nil {
-		var b storage.Batch
-		b.OutboxDelete(ob.name, seq)
-		ob.mu.Lock()
 		ob.markGone(seq, time.Now().UnixNano())
-		ob.mu.Unlock()
-		// Lazily: a crash before it is written sends the message again,
-		// a duplicate at QoS 1 rather than an fsync per acknowledgement.
-		ob.db.CommitLazy(&b)
+		ob.deletes = append(ob.deletes, seq)
 	}
+	flush := len(ob.deletes) >= deleteBatch
+	ob.mu.Unlock()
+	if flush {
+		ob.flushDeletes()
+	}
+}
+
+// deleteBatch is how many acknowledged entries are deleted in one batch:
+// one storage batch per acknowledgement would cost an allocation and a
+// trip through the committer each, at tens of thousands a second.
+const deleteBatch = 128
+
+// flushDeletes deletes the acknowledged entries gathered so far, lazily: a
+// crash before it is written sends them again, a duplicate at QoS 1 rather
+// than an fsync per acknowledgement. The sender calls it when idle too.
+func (ob *outbox) flushDeletes() {
+	ob.mu.Lock()
+	seqs := ob.deletes
+	ob.deletes = nil
+	ob.mu.Unlock()
+	if len(seqs) == 0 || ob.db == nil {
+		return
+	}
+	var b storage.Batch
+	for _, seq := range seqs {
+		b.OutboxDelete(ob.name, seq)
+	}
+	ob.db.CommitLazy(&b)
 }
 
 // rewind makes every entry in flight unsent again, after the link failed.
