@@ -96,7 +96,7 @@ func collectWhenUp(t *testing.T, addr string, filters ...string) (*collector, mq
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("probe")).Connect(), error(nil)
+		c, err := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://"+addr).SetClientID("probe")).Connect(), error(nil)
 		if c.WaitTimeout(time.Second) && c.Error() == nil && err == nil {
 			break
 		}

@@ -38,6 +38,10 @@ type Options struct {
 	Clock   Clock        // SystemClock when nil
 	Version string       // reported in Home Assistant discovery
 	Seed    uint64       // for jitter; 0 takes one from the clock
+	// Alive, when set, is called whenever a sensor's loop goes round: a
+	// watchdog that stops hearing it knows the poller is stuck. Reads that
+	// hang in the kernel do not stop the loops (they time out).
+	Alive func()
 }
 
 // retryBackoff is the first wait before retrying a failed read within one
@@ -312,6 +316,9 @@ func (s *sensor) run(ctx context.Context) {
 	defer s.timer.Stop()
 	fails := 0
 	for {
+		if alive := s.p.opts.Alive; alive != nil {
+			alive()
+		}
 		s.p.busy(-1)
 		select {
 		case <-ctx.Done():

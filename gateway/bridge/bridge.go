@@ -37,6 +37,10 @@ type Options struct {
 	// out-route carries it, the upstream connection's will marks the
 	// gateway offline there, and each connection marks it online.
 	Availability string
+	// Alive, when set, is called at least once a second while the bridge's
+	// loops go round, connected or not: a watchdog that stops hearing it
+	// knows the bridge is stuck.
+	Alive func()
 }
 
 // maxHeld bounds the inbound messages no open subscription claims yet (a
@@ -433,10 +437,8 @@ func (b *Bridge) run(ctx context.Context) {
 			b.setState(StateDown, err)
 			wait := backoff.Next(attempt)
 			attempt++
-			select {
-			case <-ctx.Done():
+			if !b.sleep(ctx, wait) {
 				return
-			case <-time.After(wait):
 			}
 			continue
 		}
@@ -683,6 +685,7 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 		case <-b.ob.wake:
 		case <-tick.C:
 			b.ob.flushDeletes()
+			b.alive()
 		}
 	}
 }
@@ -810,6 +813,31 @@ func (b *Bridge) send1(c *Client, e *storage.OutboxEntry, pid uint16) error {
 		b.mu.Unlock()
 		b.ob.unsend(seq)
 		return err
+	}
+}
+
+func (b *Bridge) alive() {
+	if b.opts.Alive != nil {
+		b.opts.Alive()
+	}
+}
+
+// sleep waits d, telling the watchdog it is alive meanwhile; false if ctx
+// ended first.
+func (b *Bridge) sleep(ctx context.Context, d time.Duration) bool {
+	end := time.NewTimer(d)
+	defer end.Stop()
+	beat := time.NewTicker(time.Second / 2)
+	defer beat.Stop()
+	for {
+		b.alive()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-end.C:
+			return true
+		case <-beat.C:
+		}
 	}
 }
 

@@ -24,6 +24,12 @@ type Options struct {
 	Listeners []config.Listener // bound by Start; may be empty for in-process use
 	Version   string            // reported on $SYS/broker/version
 
+	// Inherited are listeners passed by systemd socket activation, by
+	// FileDescriptorName = the listener's configured name; Start serves
+	// each in place of binding that listener's address, and closes those
+	// whose name matches no listener.
+	Inherited map[string]net.Listener
+
 	// Store keeps persistent sessions and retained messages; nil keeps
 	// them in memory only.
 	Store          *storage.DB
@@ -33,6 +39,10 @@ type Options struct {
 	// Outbound are offered every routed message before its publisher is
 	// acknowledged: the bridges' outboxes.
 	Outbound []Outbound
+	// Alive, when set, is called about once a second from the broker's
+	// housekeeping loop, which takes the session locks: a watchdog that
+	// stops hearing it knows the broker is stuck.
+	Alive func()
 }
 
 // Outbound is offered every message the broker routes, other than its own
@@ -150,17 +160,31 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 	return b, nil
 }
 
-// Start binds every configured listener and starts serving. On a bind
-// error nothing stays bound and the error names the listener.
+// Start binds every configured listener, or takes the socket systemd
+// passed for it in Options.Inherited, and starts serving. On a bind error
+// nothing stays bound and the error names the listener.
 func (b *Broker) Start() error {
+	b.closeUnclaimed()
 	var ls []listeners.Listener
-	for _, lc := range b.opts.Listeners {
-		l, err := openListener(lc, b.opts.MaxPacketSize)
+	for i, lc := range b.opts.Listeners {
+		inherited := b.opts.Inherited[lc.Name]
+		l, err := openListener(lc, b.opts.MaxPacketSize, inherited)
 		if err != nil {
 			for _, l := range ls {
 				l.Close(func(string) {})
 			}
+			// The sockets systemd passed for the listeners not yet opened
+			// would otherwise stay open with nobody accepting.
+			for _, lc := range b.opts.Listeners[i:] {
+				if nl := b.opts.Inherited[lc.Name]; nl != nil {
+					nl.Close()
+				}
+			}
 			return fmt.Errorf("broker: listener %q: %w", lc.Name, err)
+		}
+		if inherited != nil {
+			b.log.Info("serving a socket passed by systemd in place of the configured address",
+				"listener", lc.Name, "configured", lc.Address, "address", inherited.Addr())
 		}
 		ls = append(ls, l)
 	}
@@ -184,6 +208,18 @@ func (b *Broker) Start() error {
 	}
 	b.restoredWills = nil
 	return nil
+}
+
+// closeUnclaimed closes the inherited sockets no configured listener
+// names: serving them would expose what the configuration does not ask for.
+func (b *Broker) closeUnclaimed() {
+	for name, nl := range b.opts.Inherited {
+		if !slices.ContainsFunc(b.opts.Listeners, func(lc config.Listener) bool { return lc.Name == name }) {
+			b.log.Warn("closing a socket passed by systemd: no listener has its name; set FileDescriptorName= to a listener's name",
+				"name", name, "address", nl.Addr())
+			nl.Close()
+		}
+	}
 }
 
 // Addr returns the bound address of the named listener, nil if none.
@@ -339,6 +375,9 @@ func (b *Broker) housekeep() {
 			return
 		case now := <-tick.C:
 			b.sweep(now)
+			if b.opts.Alive != nil {
+				b.opts.Alive()
+			}
 			if b.opts.SysInterval > 0 && !now.Before(nextSys) {
 				b.publishSys(now)
 				// Ticks come a little late or early; without half a
