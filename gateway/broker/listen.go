@@ -18,10 +18,11 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
-// openListener binds the socket lc describes. TCP, TLS and unix sockets
-// are served by mochi's listeners.Net; WebSocket by wsListener, which binds
+// openListener binds the socket lc describes, or serves inherited, a
+// socket systemd bound for it, in its place. TCP, TLS and unix sockets are
+// served by mochi's listeners.Net; WebSocket by wsListener, which binds
 // before serving so that a port in use is reported here.
-func openListener(lc config.Listener, maxPacket int) (listeners.Listener, error) {
+func openListener(lc config.Listener, maxPacket int, inherited net.Listener) (listeners.Listener, error) {
 	var tcfg *tls.Config
 	if lc.Type == config.ListenerTLS || lc.Type == config.ListenerWSS {
 		var err error
@@ -32,14 +33,15 @@ func openListener(lc config.Listener, maxPacket int) (listeners.Listener, error)
 	network := "tcp"
 	if lc.Type == config.ListenerUnix {
 		network = "unix"
-		// A socket file left by an earlier run would block the bind.
-		if fi, err := os.Lstat(lc.Address); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			_ = os.Remove(lc.Address)
-		}
 	}
-	nl, err := net.Listen(network, lc.Address)
-	if err != nil {
-		return nil, err
+	nl := inherited
+	if nl == nil {
+		var err error
+		if nl, err = bindListener(network, lc.Address); err != nil {
+			return nil, err
+		}
+	} else if got := nl.Addr().Network(); got != network {
+		return nil, fmt.Errorf("systemd passed a %s socket (%s) for a %s listener", got, nl.Addr(), lc.Type)
 	}
 	nl = &patientListener{Listener: nl}
 	switch lc.Type {
@@ -49,6 +51,17 @@ func openListener(lc config.Listener, maxPacket int) (listeners.Listener, error)
 		nl = tls.NewListener(nl, tcfg)
 	}
 	return listeners.NewNet(lc.Name, nl), nil
+}
+
+// bindListener binds the configured address.
+func bindListener(network, address string) (net.Listener, error) {
+	if network == "unix" {
+		// A socket file left by an earlier run would block the bind.
+		if fi, err := os.Lstat(address); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(address)
+		}
+	}
+	return net.Listen(network, address)
 }
 
 // tlsConfig loads a listener's certificate and, when client_ca is set,
