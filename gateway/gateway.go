@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/gateway/ops"
 	"github.com/fieldgate/fieldgate/sensors"
 	"github.com/fieldgate/fieldgate/storage"
 )
@@ -57,6 +59,11 @@ type gw struct {
 	cl      *broker.Client // the sensors' client
 	bridges []*bridge.Bridge
 	locals  []*broker.Client // the bridges' clients, in the same order
+
+	cfgMu     sync.RWMutex // guards cfg for the ops endpoint's goroutines
+	run       running      // what the ops endpoint reads
+	ops       *ops.Server  // nil without ops.address
+	opsClient *broker.Client
 }
 
 // RunWith is Run with options: reloads while running, and the log level.
@@ -112,8 +119,13 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 		}
 		return fmt.Errorf("gateway: %w", err)
 	}
+	g.run.set(g.poller, g.bridges)
+	if err := g.startOpsClient(); err != nil {
+		g.stop(sctx)
+		return fmt.Errorf("gateway: %w", err)
+	}
 	log.Info("gateway started", "listeners", len(cfg.Listeners), "sensors", len(cfg.Sensors), "outputs", len(cfg.Outputs),
-		"bridges", len(bridges), "storage", cfg.Storage.Path)
+		"bridges", len(bridges), "ops", cfg.Ops.Address, "storage", cfg.Storage.Path)
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -134,19 +146,46 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 		}
 	}
 	log.Info("gateway stopping", "reason", context.Cause(ctx))
-	// The reverse of the start, but for the bridges: the sensors stop
-	// first, so that the outputs' safe states and the gateway's offline
-	// mark still reach the outbox and, while the link holds, the upstream.
 	sctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	g.poller.Stop(sctx)
-	g.cl.Close()
-	stopBridges(sctx, g.bridges, g.locals)
-	if err := g.b.Shutdown(sctx); err != nil {
-		log.Warn("broker shutdown incomplete", "err", err)
-	}
+	g.stop(sctx)
 	log.Info("gateway stopped")
 	return nil
+}
+
+// startOpsClient connects the client the status page's switch uses and
+// serves the ops endpoint.
+func (g *gw) startOpsClient() error {
+	if g.cfg.Ops.Address == "" {
+		return nil
+	}
+	cl, err := g.b.Connect(opsClientID)
+	if err != nil {
+		return err
+	}
+	g.opsClient = cl
+	return g.startOps()
+}
+
+// stop shuts down what runs, in the reverse of the start, but for the
+// bridges: the sensors stop first, so that the outputs' safe states and
+// the gateway's offline mark still reach the outbox and, while the link
+// holds, the upstream.
+func (g *gw) stop(ctx context.Context) {
+	if g.ops != nil {
+		if err := g.ops.Shutdown(ctx); err != nil {
+			g.log.Warn("ops endpoint shutdown incomplete", "err", err)
+		}
+	}
+	if g.opsClient != nil {
+		g.opsClient.Close()
+	}
+	g.poller.Stop(ctx)
+	g.cl.Close()
+	stopBridges(ctx, g.bridges, g.locals)
+	if err := g.b.Shutdown(ctx); err != nil {
+		g.log.Warn("broker shutdown incomplete", "err", err)
+	}
 }
 
 // reload applies next where it can change live: the log level, the ACL,
@@ -155,6 +194,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 // needing a restart. A part that fails to apply leaves that part as it
 // was and returns the error.
 func (g *gw) reload(next *config.Config) (applied, restart []string, err error) {
+	defer func() { g.run.set(g.poller, g.bridges) }()
 	cur := g.cfg
 	differs := func(a, b any) bool { return !reflect.DeepEqual(a, b) }
 	if differs(cur.Storage, next.Storage) {
@@ -198,7 +238,9 @@ func (g *gw) reload(next *config.Config) (applied, restart []string, err error) 
 		}
 		applied = append(applied, "bridges")
 	}
+	g.cfgMu.Lock()
 	g.cfg = next
+	g.cfgMu.Unlock()
 	return applied, restart, nil
 }
 

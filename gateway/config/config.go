@@ -138,6 +138,7 @@ type TLS struct {
 // Ops configures the HTTP endpoint for health and metrics.
 type Ops struct {
 	Address string `yaml:"address"` // host:port; empty turns the endpoint off
+	Token   string `yaml:"token"`   // lets the status page switch outputs when given as a form field or Bearer header; empty for none
 }
 
 // Gateway names this gateway in the topics its sensors publish on.

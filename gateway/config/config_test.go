@@ -192,6 +192,8 @@ func TestBrokenConfigs(t *testing.T) {
 			[]wantProblem{{3, "listeners[1].address", "also bound by listeners[0].address (line 2)"}}},
 		{"ops clashes with a listener", "ops:\n  address: 127.0.0.1:1883\n",
 			[]wantProblem{{2, "ops.address", "also bound by listeners[0].address"}}},
+		{"ops token too short", "ops:\n  token: secret\n",
+			[]wantProblem{{2, "ops.token", "use at least 16"}}},
 		{"listener name with slash", "listeners:\n  - {name: a/b, type: tcp, address: ':1883'}\n",
 			[]wantProblem{{2, "listeners[0].name", "use letters, digits, - and _"}}},
 		{"sensor interval zero and kind missing", "sensors:\n  - name: t1\n    bus: sim\n    interval: 0s\n",

@@ -110,6 +110,10 @@ const (
 	maxMQTTKeepalive = 65535 * time.Second
 )
 
+// minOpsToken is the shortest ops.token accepted: 16 random characters are
+// out of reach of guessing over HTTP.
+const minOpsToken = 16
+
 // checker accumulates problems for one Validate run.
 type checker struct {
 	src      source
@@ -166,6 +170,9 @@ func (c *Config) problems() []Problem {
 		if k.hostPort("ops.address", a, "127.0.0.1:9100") {
 			k.claim(&bound, "ops.address", "tcp", a)
 		}
+	}
+	if t := c.Ops.Token; t != "" && len(t) < minOpsToken {
+		k.fail("ops.token", "%d characters can be guessed; use at least %d, such as the output of openssl rand -hex 16", len(t), minOpsToken)
 	}
 
 	k.gateway(c.Gateway)

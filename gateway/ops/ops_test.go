@@ -1,0 +1,254 @@
+package ops
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHealthz(t *testing.T) {
+	f := newFakeGateway()
+	f.ready, f.why = false, "storage not open"
+	_, base := startServer(t, "", f.sources())
+	// Health is about the process serving, not about readiness.
+	resp, body := get(t, base+"/healthz")
+	if resp.StatusCode != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz = %d %q, want 200 \"ok\\n\"", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("/healthz Content-Type = %q, want text/plain", ct)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	f := newFakeGateway()
+	_, base := startServer(t, "", f.sources())
+
+	resp, body := get(t, base+"/readyz")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz while ready = %d %q, want 200", resp.StatusCode, body)
+	}
+
+	f.mu.Lock()
+	f.ready, f.why = false, "bridge cloud: not connected after its 30s grace period"
+	f.mu.Unlock()
+	resp, body = get(t, base+"/readyz")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while not ready = %d, want 503", resp.StatusCode)
+	}
+	if !strings.Contains(body, "bridge cloud: not connected after its 30s grace period") {
+		t.Errorf("/readyz body %q does not carry the reason", body)
+	}
+}
+
+func TestNilSources(t *testing.T) {
+	// A gateway that fills nothing still gets every page, all empty.
+	_, base := startServer(t, "", Sources{})
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, "/": 200} {
+		if resp, body := get(t, base+path); resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d: %s", path, resp.StatusCode, want, body)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/outputs/pump", strings.NewReader("state=on"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if resp, body := do(t, req); resp.StatusCode != http.StatusNotImplemented {
+		t.Errorf("POST /outputs/pump without SetOutput = %d %q, want 501", resp.StatusCode, body)
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	_, base := startServer(t, "", newFakeGateway().sources())
+	tests := []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/nothing-here", http.StatusNotFound},
+		{"GET", "/healthz/extra", http.StatusNotFound},
+		{"POST", "/healthz", http.StatusMethodNotAllowed},
+		{"DELETE", "/metrics", http.StatusMethodNotAllowed},
+		{"GET", "/outputs/pump", http.StatusMethodNotAllowed},
+		{"HEAD", "/healthz", http.StatusOK},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest(tt.method, base+tt.path, nil)
+		if resp, _ := do(t, req); resp.StatusCode != tt.want {
+			t.Errorf("%s %s = %d, want %d", tt.method, tt.path, resp.StatusCode, tt.want)
+		}
+	}
+}
+
+func TestStartPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s := New(ln.Addr().String(), Sources{}, nil)
+	err = s.Start()
+	if err == nil {
+		s.Shutdown(context.Background())
+		t.Fatal("Start on a port in use succeeded")
+	}
+	for _, want := range []string{"ops.address", ln.Addr().String(), "already in use"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Start error %q does not mention %q", err, want)
+		}
+	}
+	if s.Addr() != nil {
+		t.Errorf("Addr after a failed Start = %v, want nil", s.Addr())
+	}
+}
+
+func TestStartTwice(t *testing.T) {
+	s, _ := startServer(t, "", Sources{})
+	if err := s.Start(); err != ErrStarted {
+		t.Fatalf("second Start = %v, want ErrStarted", err)
+	}
+}
+
+func TestShutdownStopsServing(t *testing.T) {
+	s := New("127.0.0.1:0", Sources{}, testLogger(t))
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown before Start = %v, want nil", err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr().String()
+	if resp, _ := get(t, "http://"+addr+"/healthz"); resp.StatusCode != 200 {
+		t.Fatalf("/healthz = %d", resp.StatusCode)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("the port still accepts connections after Shutdown")
+	}
+}
+
+func TestHeaderLimits(t *testing.T) {
+	_, base := startServer(t, "", Sources{})
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The server answers once it has read past the limit; read the status
+	// line before it closes the connection on the rest.
+	go c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: " + strings.Repeat("a", 2*maxHeaderBytes) + "\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer to a request with %d bytes of headers: %v", 2*maxHeaderBytes, err)
+	}
+	if !strings.Contains(line, " 431 ") {
+		t.Errorf("a request with %d bytes of headers got %q, want 431", 2*maxHeaderBytes, line)
+	}
+}
+
+func TestSlowHeadersAreCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the header timeout")
+	}
+	_, base := startServer(t, "", Sources{})
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Start a request and never finish its headers.
+	if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(readHeaderTimeout + 5*time.Second))
+	_, err = bufio.NewReader(c).ReadByte()
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the server held a connection with unfinished headers for %s", time.Since(start))
+	}
+	if took := time.Since(start); took > readHeaderTimeout+2*time.Second {
+		t.Errorf("the server cut unfinished headers after %s, want about %s", took, readHeaderTimeout)
+	}
+}
+
+func TestConnectionLimit(t *testing.T) {
+	_, base := startServer(t, "", Sources{})
+	addr := strings.TrimPrefix(base, "http://")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// Fill every slot with a connection that has sent a complete request
+	// and keeps the connection open, so the server holds it.
+	for range maxConns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	// One more is accepted by the kernel but not served until a slot frees.
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if _, err := extra.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(extra)
+	extra.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := r.Peek(1); err == nil {
+		t.Fatalf("connection %d was served while %d were open", maxConns+1, maxConns)
+	}
+	conns[0].Close()
+	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatalf("connection %d was not served after a slot freed: %v", maxConns+1, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/healthz = %d", resp.StatusCode)
+	}
+}
+
+// TestDependencies checks the package's place in the layering: it must
+// not import the packages it reports on, and the test-only libraries
+// (the Prometheus parser, the browser driver) must stay out of it.
+func TestDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{
+			"github.com/fieldgate/fieldgate/gateway/broker",
+			"github.com/fieldgate/fieldgate/gateway/bridge",
+			"github.com/fieldgate/fieldgate/sensors",
+			"github.com/prometheus/",
+			"github.com/chromedp/",
+			"github.com/VictoriaMetrics/",
+		} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("ops depends on %s", dep)
+			}
+		}
+	}
+}
