@@ -109,6 +109,11 @@ bench-broker:
 bench-storage:
 	cd scripts/bench && ./bench-storage.sh
 
+## bench-bridge: the bridge against Mosquitto's through an outage of the upstream (scripts/bench; QUICK=1: a smoke run)
+.PHONY: bench-bridge
+bench-bridge:
+	cd scripts/bench && ./bench-bridge.sh
+
 ## fuzz: the matcher fuzz target for FUZZTIME (default 30s)
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzIndex -fuzztime=$(FUZZTIME) ./matcher
@@ -154,7 +159,7 @@ qemu-sensors: system-packages
 		( cd $$pkg && qemu-aarch64-static $(CURDIR)/$$out -test.count=1 ); \
 	done
 
-## tools: install staticcheck, qemu-user-static, gcc (for -race), mosquitto (the bridge tests' upstream) and its clients when missing
+## tools: install staticcheck, qemu-user-static, gcc (for -race), mosquitto (the bridge tests' upstream) and its clients, and chromium (the status page test) when missing
 tools: staticcheck system-packages
 
 staticcheck:
@@ -162,13 +167,15 @@ staticcheck:
 
 # Debian packages the checks need: the race detector is built with cgo, so
 # it needs a C compiler; qemu-check needs user-mode QEMU; the broker's
-# interoperability tests drive mosquitto_pub and mosquitto_sub.
+# interoperability tests drive mosquitto_pub and mosquitto_sub; the ops
+# status page is tested in headless chromium.
 system-packages:
 	@missing=""; \
 	command -v qemu-arm-static >/dev/null && command -v qemu-aarch64-static >/dev/null || missing+=" qemu-user-static"; \
 	command -v mosquitto_pub >/dev/null && command -v mosquitto_sub >/dev/null || missing+=" mosquitto-clients"; \
 	{ command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ]; } || missing+=" mosquitto"; \
 	command -v gcc >/dev/null || missing+=" gcc libc6-dev"; \
+	command -v chromium >/dev/null || missing+=" chromium"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" -ne 0 ]; then \
 		echo "missing Debian packages:$$missing; run: sudo apt-get update && sudo apt-get install -y$$missing" >&2; \
