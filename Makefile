@@ -61,7 +61,7 @@ lint: staticcheck
 ## test: every check, in one run, with a summary at the end
 # Each step runs even when an earlier one failed, so one run shows every
 # failure; the tools step is the exception, since the rest depends on it.
-TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check qemu-sensors
+TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check qemu-sensors systemd-check
 
 test: tools
 	@passed=0; failed=0; summary=""; \
@@ -158,6 +158,12 @@ qemu-sensors: system-packages
 		echo "+ qemu-aarch64-static $$out"; \
 		( cd $$pkg && qemu-aarch64-static $(CURDIR)/$$out -test.count=1 ); \
 	done
+
+## systemd-check: systemd-analyze verify on the units in systemd/, the sysusers file, and the service's security exposure
+# Works without a running systemd (in a container, in CI): see systemd/check.sh.
+.PHONY: systemd-check
+systemd-check: build
+	bash systemd/check.sh bin/fieldgate
 
 ## tools: install staticcheck, qemu-user-static, gcc (for -race), mosquitto (the bridge tests' upstream) and its clients, and chromium (the status page test) when missing
 tools: staticcheck system-packages

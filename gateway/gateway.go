@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/fieldgate/fieldgate/gateway/ops"
 	"github.com/fieldgate/fieldgate/sensors"
 	"github.com/fieldgate/fieldgate/storage"
+	"github.com/fieldgate/fieldgate/systemd"
 )
 
 // shutdownGrace bounds how long clients get to receive their DISCONNECT
@@ -39,6 +42,12 @@ type Options struct {
 	// applied, the keys that need a restart, and an error when the new
 	// configuration was refused and the running one kept.
 	Reloaded func(applied, restart []string, err error)
+	// Notifier tells systemd READY, STATUS, RELOADING, STOPPING and the
+	// watchdog's pings; nil (or one without NOTIFY_SOCKET) does nothing.
+	Notifier *systemd.Notifier
+	// Inherited are the sockets systemd passed, by name, which replace the
+	// configured listeners of the same name.
+	Inherited map[string]net.Listener
 }
 
 // Run starts the gateway described by cfg and blocks until ctx is done; it
@@ -59,6 +68,8 @@ type gw struct {
 	cl      *broker.Client // the sensors' client
 	bridges []*bridge.Bridge
 	locals  []*broker.Client // the bridges' clients, in the same order
+
+	beats map[string]*systemd.Beat // by component, kept across reloads
 
 	cfgMu     sync.RWMutex // guards cfg for the ops endpoint's goroutines
 	run       running      // what the ops endpoint reads
@@ -83,8 +94,8 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 			log.Error("closing the state database", "err", err)
 		}
 	}()
-	g := &gw{cfg: cfg, log: log, opts: opts, ctx: ctx, store: store}
-	bridges, outbound, err := newBridges(cfg, store, log)
+	g := &gw{cfg: cfg, log: log, opts: opts, ctx: ctx, store: store, beats: map[string]*systemd.Beat{}}
+	bridges, outbound, err := g.newBridges(cfg, cfg.Bridges)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -92,7 +103,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 	g.b, err = broker.New(broker.Options{
 		Broker: cfg.Broker, Listeners: cfg.Listeners, Version: opts.Version,
 		Store: store, MaxStoredBytes: int64(cfg.Storage.MaxQueuedBytes), QueuePolicy: cfg.Storage.QueuePolicy,
-		Outbound: outbound,
+		Outbound: outbound, Inherited: opts.Inherited, Alive: g.beat("broker", 10*time.Second).Alive,
 	}, log.With("component", "broker"))
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -102,7 +113,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
-	g.poller, g.cl, err = startSensors(ctx, cfg, g.b, log, opts.Version)
+	g.poller, g.cl, err = g.startSensors(cfg)
 	if err != nil {
 		if err := g.b.Shutdown(sctx); err != nil {
 			log.Warn("broker shutdown incomplete", "err", err)
@@ -126,12 +137,25 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 	}
 	log.Info("gateway started", "listeners", len(cfg.Listeners), "sensors", len(cfg.Sensors), "outputs", len(cfg.Outputs),
 		"bridges", len(bridges), "ops", cfg.Ops.Address, "storage", cfg.Storage.Path)
+	// Storage is open and every listener bound: ready.
+	g.notify(opts.Notifier.Ready())
+	g.status()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go opts.Notifier.RunWatchdog(wctx)
+	statusTick := time.NewTicker(10 * time.Second)
+	defer statusTick.Stop()
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			done = true
+		case <-statusTick.C:
+			g.status()
 		case next := <-opts.Reload:
+			g.notify(opts.Notifier.Reloading())
 			applied, restart, err := g.reload(next)
+			g.notify(opts.Notifier.Ready())
+			g.status()
 			switch {
 			case err != nil:
 				log.Error("reload refused; the running configuration is kept", "err", err)
@@ -146,6 +170,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 		}
 	}
 	log.Info("gateway stopping", "reason", context.Cause(ctx))
+	g.notify(opts.Notifier.Stopping())
 	sctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	g.stop(sctx)
@@ -251,9 +276,9 @@ func (g *gw) restartSensors(next *config.Config) error {
 	defer cancel()
 	g.poller.Stop(sctx)
 	g.cl.Close()
-	p, cl, err := startSensors(g.ctx, next, g.b, g.log, g.opts.Version)
+	p, cl, err := g.startSensors(next)
 	if err != nil {
-		p, cl, err2 := startSensors(g.ctx, g.cfg, g.b, g.log, g.opts.Version)
+		p, cl, err2 := g.startSensors(g.cfg)
 		if err2 != nil {
 			return fmt.Errorf("sensors: %w; and the previous configuration failed again: %v", err, err2)
 		}
@@ -267,23 +292,20 @@ func (g *gw) restartSensors(next *config.Config) error {
 // reloadBridges reconfigures the bridges that stay, starts new ones and
 // stops removed ones; a removed bridge's outbox stays in the state file.
 func (g *gw) reloadBridges(next *config.Config) error {
-	device := sensors.DeviceName(next.Gateway.Name)
 	byName := map[string]int{}
 	for i, br := range g.bridges {
 		byName[br.Name()] = i
 	}
 	// Check every change before applying any.
-	var added []*bridge.Bridge
+	var fresh []config.Bridge
 	for _, bc := range next.Bridges {
-		if _, ok := byName[bc.Name]; ok {
-			continue
+		if _, ok := byName[bc.Name]; !ok {
+			fresh = append(fresh, bc)
 		}
-		br, err := bridge.New(bc, bridge.Options{Device: device, Store: g.store, Log: g.log.With("component", "bridge"),
-			Availability: next.Gateway.TopicPrefix + "/" + device + "/availability"})
-		if err != nil {
-			return err
-		}
-		added = append(added, br)
+	}
+	added, _, err := g.newBridges(next, fresh)
+	if err != nil {
+		return err
 	}
 	var bridges []*bridge.Bridge
 	var locals []*broker.Client
@@ -316,6 +338,8 @@ func (g *gw) reloadBridges(next *config.Config) error {
 			g.log.Info("bridge removed; its outbox stays in the state file", "bridge", br.Name())
 			br.Stop()
 			g.locals[i].Close()
+			g.opts.Notifier.Forget(g.beats["bridge "+br.Name()])
+			delete(g.beats, "bridge "+br.Name())
 		}
 	}
 	g.bridges, g.locals = bridges, locals
@@ -327,14 +351,24 @@ func (g *gw) reloadBridges(next *config.Config) error {
 const sensorsClientID = "fieldgate-sensors"
 
 // startSensors connects the poller to the broker and starts it.
-func startSensors(ctx context.Context, cfg *config.Config, b *broker.Broker, log *slog.Logger, version string) (*sensors.Poller, *broker.Client, error) {
-	cl, err := b.Connect(sensorsClientID)
+func (g *gw) startSensors(cfg *config.Config) (*sensors.Poller, *broker.Client, error) {
+	cl, err := g.b.Connect(sensorsClientID)
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := sensors.New(cfg, sensors.Options{Client: sensorClient{cl}, Log: log.With("component", "sensors"), Version: version})
+	var alive func()
+	if len(cfg.Sensors) > 0 {
+		// A sensor's loop goes round at least once per interval, or per
+		// backoff while it fails, plus the read's tries.
+		quiet := time.Duration(0)
+		for _, s := range cfg.Sensors {
+			quiet = max(quiet, max(s.Interval, s.MaxBackoff)+time.Duration(s.Retries+1)*s.Timeout)
+		}
+		alive = g.beat("sensors", quiet+30*time.Second).Alive
+	}
+	p, err := sensors.New(cfg, sensors.Options{Client: sensorClient{cl}, Log: g.log.With("component", "sensors"), Version: g.opts.Version, Alive: alive})
 	if err == nil {
-		err = p.Start(ctx)
+		err = p.Start(g.ctx)
 	}
 	if err != nil {
 		cl.Close()
@@ -350,16 +384,19 @@ func (c sensorClient) Subscribe(filter string, qos byte, h func(topic string, pa
 	return c.Client.Subscribe(filter, qos, func(m broker.Message) { h(m.Topic, m.Payload, m.Retain) })
 }
 
-// newBridges prepares one bridge per configured upstream, reading each
-// outbox's state, and the broker's view of them.
-func newBridges(cfg *config.Config, store *storage.DB, log *slog.Logger) ([]*bridge.Bridge, []broker.Outbound, error) {
+// newBridges prepares the bridges bcs of cfg, reading each outbox's state,
+// and the broker's view of them.
+func (g *gw) newBridges(cfg *config.Config, bcs []config.Bridge) ([]*bridge.Bridge, []broker.Outbound, error) {
 	device := sensors.DeviceName(cfg.Gateway.Name)
 	var bridges []*bridge.Bridge
 	var outbound []broker.Outbound
-	for _, bc := range cfg.Bridges {
+	for _, bc := range bcs {
+		// Dialling may take up to ack_timeout without a turn of the loop.
+		beat := g.beat("bridge "+bc.Name, bc.AckTimeout+30*time.Second)
 		br, err := bridge.New(bc, bridge.Options{
-			Device: device, Store: store, Log: log.With("component", "bridge"),
+			Device: device, Store: g.store, Log: g.log.With("component", "bridge"),
 			Availability: cfg.Gateway.TopicPrefix + "/" + device + "/availability",
+			Alive:        beat.Alive,
 		})
 		if err != nil {
 			return nil, nil, err
@@ -368,6 +405,48 @@ func newBridges(cfg *config.Config, store *storage.DB, log *slog.Logger) ([]*bri
 		outbound = append(outbound, bridgeOutbound{br})
 	}
 	return bridges, outbound, nil
+}
+
+// beat returns the watchdog beat of a component, registering it once: a
+// reload's new poller or bridge keeps the same one.
+func (g *gw) beat(name string, maxSilence time.Duration) *systemd.Beat {
+	if b, ok := g.beats[name]; ok {
+		return b
+	}
+	b := g.opts.Notifier.Beat(name, maxSilence)
+	g.beats[name] = b
+	return b
+}
+
+// notify logs a failed sd_notify; systemd is told again at the next change.
+func (g *gw) notify(err error) {
+	if err != nil {
+		g.log.Warn("telling systemd failed", "err", err)
+	}
+}
+
+// status sends systemd a one-line summary for `systemctl status`.
+func (g *gw) status() {
+	if !g.opts.Notifier.Enabled() {
+		return
+	}
+	bs := g.b.Stats()
+	p, bridges := g.run.get()
+	ok, failing := 0, 0
+	for _, st := range p.Stats() {
+		if st.OK {
+			ok++
+		} else {
+			failing++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d clients, sensors %d ok/%d failing", bs.Connected, ok, failing)
+	for _, br := range bridges {
+		st := br.Stats()
+		fmt.Fprintf(&b, ", bridge %s %s (outbox %d)", st.Name, st.State, st.Depth)
+	}
+	g.notify(g.opts.Notifier.Status(b.String()))
 }
 
 // bridgeOutbound adapts a bridge to the broker's Outbound.

@@ -12,19 +12,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"syscall"
 
-	"github.com/fieldgate/fieldgate/gateway"
 	"github.com/fieldgate/fieldgate/gateway/config"
 )
 
@@ -154,33 +149,5 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	fmt.Fprintf(stdout, "ok: %s\n", name)
-	return 0
-}
-
-func cmdRun(args []string, stderr io.Writer) int {
-	cfg, name, code := loadConfig("run", args, stderr)
-	if code != 0 {
-		return code
-	}
-
-	opts := &slog.HandlerOptions{Level: cfg.Log.SlogLevel()}
-	var handler slog.Handler = slog.NewTextHandler(stderr, opts)
-	if cfg.Log.Format == "json" {
-		handler = slog.NewJSONHandler(stderr, opts)
-	}
-	log := slog.New(handler)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// After the first signal, restore default handling so that a second
-	// one kills a shutdown that hangs.
-	context.AfterFunc(ctx, stop)
-
-	log.Info("fieldgate starting", "version", version, "commit", commit, "config", name)
-	if err := gateway.Run(ctx, cfg, log, version); err != nil {
-		log.Error("fieldgate failed", "err", err)
-		return exitFail
-	}
-	log.Info("fieldgate stopped")
 	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -263,7 +264,7 @@ func (k *checker) bridge(p string, b Bridge, names map[string]string) {
 	}
 	k.intRange(p+".max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "32")
 	k.intRange(p+".rate", b.Rate, 0, 1<<20, "500, or 0 for unpaced")
-	k.intRange(p+".max_outbox_bytes", b.MaxOutboxBytes, 64<<10, 1<<40, "67108864 (64 MiB)")
+	k.intRange(p+".max_outbox_bytes", b.MaxOutboxBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "67108864 (64 MiB)")
 	if b.MaxOutboxAge < time.Minute {
 		k.fail(p+".max_outbox_age", "%s is too short; use 1m or more, such as 168h", b.MaxOutboxAge)
 	}
