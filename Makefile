@@ -61,7 +61,7 @@ lint: staticcheck
 ## test: every check, in one run, with a summary at the end
 # Each step runs even when an earlier one failed, so one run shows every
 # failure; the tools step is the exception, since the rest depends on it.
-TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check qemu-sensors systemd-check
+TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check qemu-sensors systemd-check deb-check
 
 test: tools
 	@passed=0; failed=0; summary=""; \
@@ -165,6 +165,24 @@ qemu-sensors: system-packages
 systemd-check: build
 	bash systemd/check.sh bin/fieldgate
 
+## deb: bin/fieldgate_DEB_VERSION_{arm64,armhf,amd64}.deb, built with dpkg-deb (packaging/README.md)
+# The binaries are make cross's, plus one for amd64 built alike; armhf
+# carries the ARMv6 build, which runs on every 32-bit Pi. DEB_VERSION
+# comes from git describe (packaging/version.sh says how), once per run of
+# make, so that deb and deb-check agree on the file names.
+ifeq ($(origin DEB_VERSION),undefined)
+DEB_VERSION := $(shell bash packaging/version.sh 2>/dev/null)
+endif
+.PHONY: deb deb-check
+deb: cross
+	GOOS=linux GOARCH=amd64 $(RELEASE) -o bin/fieldgate-linux-amd64 ./cmd/fieldgate
+	DEB_VERSION='$(DEB_VERSION)' bash packaging/build-deb.sh bin \
+		arm64=bin/fieldgate-linux-arm64 armhf=bin/fieldgate-linux-armv6 amd64=bin/fieldgate-linux-amd64
+
+## deb-check: make deb, then check each package: contents, binary, maintainer scripts, lintian (packaging/check-deb.sh)
+deb-check: deb system-packages
+	bash packaging/check-deb.sh $(foreach arch,arm64 armhf amd64,bin/fieldgate_$(DEB_VERSION)_$(arch).deb)
+
 ## tools: install staticcheck, qemu-user-static, gcc (for -race), mosquitto (the bridge tests' upstream) and its clients, and chromium (the status page test) when missing
 tools: staticcheck system-packages
 
@@ -174,7 +192,8 @@ staticcheck:
 # Debian packages the checks need: the race detector is built with cgo, so
 # it needs a C compiler; qemu-check needs user-mode QEMU; the broker's
 # interoperability tests drive mosquitto_pub and mosquitto_sub; the ops
-# status page is tested in headless chromium.
+# status page is tested in headless chromium. deb-check runs lintian,
+# file and shellcheck, and systemd-sysusers for the maintainer scripts.
 system-packages:
 	@missing=""; \
 	command -v qemu-arm-static >/dev/null && command -v qemu-aarch64-static >/dev/null || missing+=" qemu-user-static"; \
@@ -182,6 +201,7 @@ system-packages:
 	{ command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ]; } || missing+=" mosquitto"; \
 	command -v gcc >/dev/null || missing+=" gcc libc6-dev"; \
 	command -v chromium >/dev/null || missing+=" chromium"; \
+	for need in lintian:lintian file:file shellcheck:shellcheck systemd-sysusers:systemd; do command -v $${need%%:*} >/dev/null || missing+=" $${need#*:}"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" -ne 0 ]; then \
 		echo "missing Debian packages:$$missing; run: sudo apt-get update && sudo apt-get install -y$$missing" >&2; \
@@ -195,6 +215,61 @@ system-packages:
 			systemctl disable --now mosquitto.service || true; \
 		fi;; \
 	esac
+
+## image: bin/fieldgate-VERSION-arm64.img.xz, the SD-card image for 64-bit Raspberry Pis (image/README.md; as root)
+# The .deb is installed when bin/ has one for this version; until then a
+# stand-in arm64 binary with the units from systemd/ (image/customize.sh).
+# Once `make deb` exists, making `deb` a prerequisite of `image` is the one
+# line that switches the image to the package.
+IMAGE := bin/fieldgate-$(VERSION)-arm64.img.xz
+IMAGE_DEB ?= bin/fieldgate_$(VERSION)_arm64.deb
+.PHONY: image image-test image-packages
+image: image-packages
+	@mkdir -p bin; \
+	if [ -f "$(IMAGE_DEB)" ]; then \
+		echo "image: installing $(IMAGE_DEB)"; export FIELDGATE_DEB="$(IMAGE_DEB)"; \
+	else \
+		echo "image: no $(IMAGE_DEB) yet: a stand-in arm64 binary and the units from systemd/"; \
+		GOOS=linux GOARCH=arm64 $(RELEASE) -o bin/fieldgate-image-arm64 ./cmd/fieldgate; \
+		export FIELDGATE_BIN=bin/fieldgate-image-arm64; \
+	fi; \
+	start=$$(date +%s); \
+	CACHE_DIR=.cache/image/apt image/build.sh $(IMAGE); \
+	echo "image: built in $$(( $$(date +%s) - start ))s"
+
+## image-test: boot the image under qemu-system-aarch64 -M virt and check it over ssh and MQTT (IMAGE_REUSE=1: test the image already built)
+image-test: image-packages $(if $(IMAGE_REUSE),,image)
+	@start=$$(date +%s); \
+	image/test.sh $(IMAGE); \
+	echo "image-test: booted and checked in $$(( $$(date +%s) - start ))s"
+
+# What image and image-test need from Debian, and qemu-aarch64 registered
+# with binfmt_misc so that arm64 maintainer scripts run during the build
+# (image/README.md says why and how).
+image-packages:
+	@missing=""; \
+	command -v mmdebstrap >/dev/null || missing+=" mmdebstrap"; \
+	command -v arch-test >/dev/null || missing+=" arch-test"; \
+	command -v qemu-aarch64-static >/dev/null || missing+=" qemu-user-static"; \
+	command -v update-binfmts >/dev/null || missing+=" binfmt-support"; \
+	command -v mkfs.vfat >/dev/null || missing+=" dosfstools"; \
+	command -v mcopy >/dev/null || missing+=" mtools"; \
+	command -v mkfs.ext4 >/dev/null || missing+=" e2fsprogs"; \
+	command -v sfdisk >/dev/null || missing+=" fdisk"; \
+	command -v xz >/dev/null || missing+=" xz-utils"; \
+	command -v qemu-system-aarch64 >/dev/null || missing+=" qemu-system-arm"; \
+	command -v ssh >/dev/null || missing+=" openssh-client"; \
+	command -v ss >/dev/null || missing+=" iproute2"; \
+	{ command -v mosquitto_sub >/dev/null && command -v mosquitto_pub >/dev/null; } || missing+=" mosquitto-clients"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "missing Debian packages:$$missing; run: sudo apt-get update && sudo apt-get install -y --no-install-recommends$$missing" >&2; \
+			exit 1; \
+		fi; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y --no-install-recommends $$missing || { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
+	fi; \
+	image/binfmt.sh
 
 ## clean: remove bin/
 clean:
