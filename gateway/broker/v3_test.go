@@ -466,6 +466,9 @@ func TestV3Retained(t *testing.T) {
 	// QoS 0 with RETAIN replaces as well [MQTT-3.3.1-7].
 	pub.publish(t, "ret/d", 1, true, "d1")
 	pub.publish(t, "ret/d", 0, true, "d0")
+	// A QoS 0 PUBLISH has no acknowledgement: a QoS 1 one behind it on the
+	// same connection, once acknowledged, shows the broker has handled it.
+	pub.publish(t, "ret-sync", 1, false, "sync")
 
 	sub, _ := v3Connect(t, tb.Addr, "ret-sub", nil)
 	sub.subscribe(t, "ret/#", 1, 1)
