@@ -217,19 +217,18 @@ system-packages:
 	esac
 
 ## image: bin/fieldgate-VERSION-arm64.img.xz, the SD-card image for 64-bit Raspberry Pis (image/README.md; as root)
-# The .deb is installed when bin/ has one for this version; until then a
-# stand-in arm64 binary with the units from systemd/ (image/customize.sh).
-# Once `make deb` exists, making `deb` a prerequisite of `image` is the one
-# line that switches the image to the package.
+# fieldgate goes in as make deb's arm64 package. With IMAGE_DEB= (empty)
+# it is a stand-in instead: an arm64 binary built here, installed by hand
+# with the units from systemd/ (image/customize.sh).
 IMAGE := bin/fieldgate-$(VERSION)-arm64.img.xz
-IMAGE_DEB ?= bin/fieldgate_$(VERSION)_arm64.deb
+IMAGE_DEB ?= bin/fieldgate_$(DEB_VERSION)_arm64.deb
 .PHONY: image image-test image-packages
-image: image-packages
+image: image-packages $(if $(IMAGE_DEB),deb)
 	@mkdir -p bin; \
-	if [ -f "$(IMAGE_DEB)" ]; then \
+	if [ -n "$(IMAGE_DEB)" ]; then \
 		echo "image: installing $(IMAGE_DEB)"; export FIELDGATE_DEB="$(IMAGE_DEB)"; \
 	else \
-		echo "image: no $(IMAGE_DEB) yet: a stand-in arm64 binary and the units from systemd/"; \
+		echo "image: no package (IMAGE_DEB is empty): a stand-in arm64 binary and the units from systemd/"; \
 		GOOS=linux GOARCH=arm64 $(RELEASE) -o bin/fieldgate-image-arm64 ./cmd/fieldgate; \
 		export FIELDGATE_BIN=bin/fieldgate-image-arm64; \
 	fi; \
