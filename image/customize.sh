@@ -4,9 +4,9 @@
 # that must run as arm64 run in it through chroot, which qemu-aarch64
 # carries out through binfmt_misc.
 #
-# Environment: FIELDGATE_DEB, the package to install, or, while there is
-# none, FIELDGATE_BIN, an arm64 binary installed by hand with the units
-# from systemd/.
+# Environment: FIELDGATE_DEB, the package to install, or, for an image
+# without it, FIELDGATE_BIN, an arm64 binary installed by hand with the
+# units from systemd/.
 set -euo pipefail
 
 root=$1
