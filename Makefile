@@ -124,7 +124,7 @@ fuzz-broker:
 
 ## soak: the crash test with SOAK_KILLS (default 100) SIGKILLs of the gateway under QoS 1 and 2 load
 soak:
-	FIELDGATE_CRASH_KILLS=$(SOAK_KILLS) $(GO) test -count=1 -timeout 60m -run Crash -v ./gateway/crashtest
+	FIELDGATE_CRASH_KILLS=$(SOAK_KILLS) $(GO) test -count=1 -timeout 60m -run Crash -v ./gateway/reliability
 
 ## qemu-check: run the release binaries under user-mode emulation
 # qemu-*-static runs a foreign binary without a sysroot, which also proves the
@@ -256,6 +256,7 @@ image-packages:
 	command -v mkfs.ext4 >/dev/null || missing+=" e2fsprogs"; \
 	command -v sfdisk >/dev/null || missing+=" fdisk"; \
 	command -v xz >/dev/null || missing+=" xz-utils"; \
+	command -v fdtget >/dev/null || missing+=" device-tree-compiler"; \
 	command -v qemu-system-aarch64 >/dev/null || missing+=" qemu-system-arm"; \
 	command -v ssh >/dev/null || missing+=" openssh-client"; \
 	command -v ss >/dev/null || missing+=" iproute2"; \

@@ -1,4 +1,4 @@
-package crashtest
+package reliability
 
 import (
 	"bufio"

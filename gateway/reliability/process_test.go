@@ -1,14 +1,17 @@
-package crashtest
+package reliability
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,6 +62,7 @@ type gateway struct {
 	cfgPath string
 	dbPath  string
 	addr    string
+	opsAddr string // the ops endpoint: /metrics, /healthz
 	log     *tail
 
 	cmd    *exec.Cmd
@@ -78,21 +82,13 @@ func newGateway(t *testing.T, bin string) *gateway {
 // as a bridges: section) appended to the file.
 func newGatewayWith(t *testing.T, bin, extra string) *gateway {
 	t.Helper()
-	dir := t.TempDir()
-	g := &gateway{
-		t: t, bin: bin, dir: dir,
-		cfgPath: filepath.Join(dir, "fieldgate.yaml"),
-		dbPath:  filepath.Join(dir, "state.db"),
-		addr:    freeAddr(t),
-		log:     &tail{max: 256 << 10},
-	}
 	// The budgets are far above what a run queues, and a full queue
 	// refuses rather than drops: the test counts on every acknowledged
 	// message staying queued until its subscriber takes it.
-	cfg := fmt.Sprintf(`log:
+	return newGatewayYAML(t, bin, fmt.Sprintf(`log:
   level: info
 storage:
-  path: %q
+  path: %%STATE%%
   max_queued_bytes: %d
   queue_policy: refuse
 broker:
@@ -100,14 +96,37 @@ broker:
   max_queued_bytes: %d
   sys_interval: 0s
 listeners:
-  - name: crash
+  - name: mqtt
     type: tcp
-    address: %q
+    address: %%ADDR%%
 ops:
-  address: ""
+  address: %%OPS%%
 sensors: []
 outputs: []
-`, g.dbPath, 1<<30, 1<<30, g.addr) + extra
+`, 1<<30, 1<<30)+extra)
+}
+
+// newGatewayYAML writes the whole configuration body, in which %STATE%,
+// %ADDR% and %OPS% stand for the state file, the MQTT listener's address
+// and the ops endpoint's, each quoted; a fresh directory and free
+// loopback ports fill them in. The process is killed when the test ends,
+// and the tail of its log printed if the test failed.
+func newGatewayYAML(t *testing.T, bin, body string) *gateway {
+	t.Helper()
+	dir := t.TempDir()
+	g := &gateway{
+		t: t, bin: bin, dir: dir,
+		cfgPath: filepath.Join(dir, "fieldgate.yaml"),
+		dbPath:  filepath.Join(dir, "state.db"),
+		addr:    freeAddr(t),
+		opsAddr: freeAddr(t),
+		log:     &tail{max: 256 << 10},
+	}
+	cfg := strings.NewReplacer(
+		"%STATE%", strconv.Quote(g.dbPath),
+		"%ADDR%", strconv.Quote(g.addr),
+		"%OPS%", strconv.Quote(g.opsAddr),
+	).Replace(body)
 	if err := os.WriteFile(g.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +173,7 @@ func (g *gateway) start() {
 	}()
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		c, _, err := dial(g.addr, "crashtest-probe", true, 0, 0)
+		c, _, err := dial(g.addr, "reliability-probe", true, 0, 0)
 		if err == nil {
 			c.disconnect()
 			return
@@ -255,4 +274,66 @@ func (w *tail) lines(n int) string {
 		}
 	}
 	return strings.TrimLeft(string(b[i:]), "\n")
+}
+
+// pid is the running gateway's process id; the test fails when none runs.
+func (g *gateway) pid() int {
+	g.t.Helper()
+	if g.cmd == nil {
+		g.t.Fatal("the gateway is not running")
+	}
+	return g.cmd.Process.Pid
+}
+
+// rss returns the running gateway's resident set size in bytes, from
+// /proc/PID/status.
+func (g *gateway) rss() int64 {
+	g.t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.pid()))
+	if err != nil {
+		g.t.Fatalf("reading the gateway's status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				g.t.Fatalf("VmRSS line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	g.t.Fatal("no VmRSS in /proc/PID/status")
+	return 0
+}
+
+// metric returns the value of an unlabelled sample (such as go_goroutines
+// or process_resident_memory_bytes) from the gateway's /metrics.
+func (g *gateway) metric(name string) float64 {
+	g.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.opsAddr+"/metrics", nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		g.t.Fatalf("GET /metrics: %v %v", resp.Status, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				g.t.Fatalf("/metrics line %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	g.t.Fatalf("/metrics has no sample %s", name)
+	return 0
 }
