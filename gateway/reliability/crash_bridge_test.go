@@ -3,54 +3,29 @@ package reliability
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
+	"github.com/fieldgate/fieldgate/internal/relrecord"
 )
 
 // TestCrashBridge kills the gateway while its bridge's upstream is away
 // and again while the outbox is being replayed to it: every message the
-// gateway acknowledged must reach the cloud subscriber.
+// gateway acknowledged must reach the cloud subscriber. TestCrash kills
+// it with the link up; this covers the two states it rarely lands in.
 func TestCrashBridge(t *testing.T) {
-	kills := defaultKills
-	if v := os.Getenv("FIELDGATE_CRASH_KILLS"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
-			kills = n
-		}
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("%d outage kills and %d replay kills; seed %d", kills, kills, seed)
+	kills, seed := crashParams(t)
+	rec := relrecord.Begin(t, "crash", "bridge outage+replay")
+	rec.Add("kills", "%d during the outage, %d during replay", kills, kills)
+	rec.Add("seed", "%d (FIELDGATE_CRASH_SEED)", seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	bin := buildGateway(t, t.TempDir())
 	up := upstreamtest.Start(t)
 
 	// The cloud application: a persistent session that is offline while
 	// the gateway is killed, so the upstream queues all it is sent.
-	cloud := &receiver{id: "cloud-app", qos: 1, got: map[string]int{}, rel: map[uint16]string{}}
-	c, _, err := dial(up.Addr(), cloud.id, false, sessionExpiry, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.subscribe("up/#", 1); err != nil {
-		t.Fatal(err)
-	}
-	c.disconnect()
-
-	g := newGatewayWith(t, bin, fmt.Sprintf(`gateway: {name: crash}
-bridges:
-  - name: cloud
-    address: %q
-    reconnect_min: 100ms
-    reconnect_max: 300ms
-    ack_timeout: 5s
-    rate: 0
-    max_outbox_bytes: 1073741824
-    out:
-      - {filter: "crash/#", topic: "up/{topic}", qos: 1}
-`, up.Addr()))
+	cloud := crashCloud(t, rec, up.Addr(), "cloud-app", 1)
+	g := newGatewayWith(t, bin, crashBridgeYAML(up.Addr(), "crash/#", 1))
 	l := newLedger()
 	var pubs []*publisher
 	for i := range 3 {
@@ -66,7 +41,7 @@ bridges:
 	// is killed mid-stream, again and again.
 	up.Stop()
 	g.start()
-	if !cycles(t, g, kills, rng, load) {
+	if !cycles(t, rec, g, kills, rng, load, nil) {
 		return
 	}
 	outage := len(l.acked)
@@ -76,28 +51,25 @@ bridges:
 	up.Start()
 	for range kills {
 		g.start()
-		if !cycles(t, g, 1, rng, load) {
+		if !cycles(t, rec, g, 1, rng, load, nil) {
 			return
 		}
 	}
 	g.start()
 	for _, p := range pubs {
 		for _, msg := range p.problems {
-			t.Errorf("%s: %s", p.id, msg)
+			crashFail(t, rec, "%s: %s", p.id, msg)
 		}
 	}
-	// Let the last start drain the outbox, then read the cloud's queue.
-	deadline := time.Now().Add(2 * time.Minute)
-	for cloud.missing(l) > 0 && time.Now().Before(deadline) {
-		cc, err := cloud.connect(up.Addr(), 0)
-		if err != nil {
-			t.Fatalf("cloud subscriber: %v", err)
-		}
-		_ = cloud.receive(cc, drainQuiet, time.Now().Add(time.Minute))
-		cc.disconnect()
-	}
+	// The cloud application comes back while the last start empties the
+	// outbox, and takes everything the upstream queued for it.
+	crashCloudFollow(t, rec, up.Addr(), cloud)(g, l)
 	g.stop()
 	g.checkState()
-	t.Logf("acknowledged %d during the outage, %d in all", outage, len(l.acked))
-	verify(t, l, []*receiver{cloud}, len(l.acked))
+
+	rec.Add("acknowledged during the outage", "%d", outage)
+	crashLedger(t, rec, l)
+	upstream := verify(t, rec, "upstream", l, []*receiver{cloud}, crashUpstreamDups(l))
+	rec.Add("lost (upstream)", "%d", upstream.lost)
+	rec.Add("QoS 1 duplicates (upstream)", "%d", upstream.dups)
 }

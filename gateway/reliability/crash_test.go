@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
+	"github.com/fieldgate/fieldgate/internal/relrecord"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -44,13 +46,30 @@ const (
 	drainQuiet = time.Second
 	drainGrace = 5 * time.Second
 
-	defaultKills = 10
+	// crashShortKills is the kill cycles of each scenario under make test:
+	// TestCrash's two runs and TestCrashBridge's outage and replay phases
+	// together take about a minute under -race on a 2-core machine, which
+	// leaves room for the rest of the suite. crashSoakKills is what make
+	// soak asks for.
+	crashShortKills = 10
+	crashSoakKills  = 100
+
+	// crashBridgeName is the bridge of every crash test's gateway, as its
+	// metrics label it.
+	crashBridgeName = "cloud"
+	// crashOutboxStall is how long the last start's outbox may go without
+	// shrinking before the wait for it to empty gives up: longer than the
+	// ten seconds the bridge waits at a gap in the outbox's sequence
+	// numbers, whatever the backlog (a soak run's outage leaves a large
+	// one).
+	crashOutboxStall = 30 * time.Second
 )
 
-// TestCrash builds the gateway once and runs the QoS 1 and QoS 2 crash
-// cycles against it.
-func TestCrash(t *testing.T) {
-	kills := defaultKills
+// crashParams returns the number of kill cycles and the seed of their
+// timings: FIELDGATE_CRASH_KILLS and FIELDGATE_CRASH_SEED when set.
+func crashParams(t *testing.T) (kills int, seed uint64) {
+	t.Helper()
+	kills = relrecord.Pick(crashShortKills, crashSoakKills)
 	if v := os.Getenv("FIELDGATE_CRASH_KILLS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -58,7 +77,7 @@ func TestCrash(t *testing.T) {
 		}
 		kills = n
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed = uint64(time.Now().UnixNano())
 	if v := os.Getenv("FIELDGATE_CRASH_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -67,6 +86,159 @@ func TestCrash(t *testing.T) {
 		seed = n
 	}
 	t.Logf("%d kill cycles; FIELDGATE_CRASH_SEED=%d replays these kill timings", kills, seed)
+	return kills, seed
+}
+
+// crashBridgeYAML is the bridge section of a crash test's gateway: one
+// out-route from filter to up/{topic} on the upstream at addr, at qos. It
+// reconnects fast, so that each start's bridge is up long before the
+// kill, and sends unpaced. The outbox's budget is far above what a run
+// queues, and the route's class is alarm, which is never dropped: every
+// message the gateway acknowledged has to reach the upstream.
+func crashBridgeYAML(addr, filter string, qos byte) string {
+	return fmt.Sprintf(`gateway: {name: crash}
+bridges:
+  - name: %s
+    address: %q
+    reconnect_min: 100ms
+    reconnect_max: 300ms
+    ack_timeout: 5s
+    rate: 0
+    max_outbox_bytes: 1073741824
+    out:
+      - {filter: %q, topic: "up/{topic}", qos: %d, class: alarm}
+`, crashBridgeName, addr, filter, qos)
+}
+
+// crashBridgeMetric reads one of the bridge's samples from g's /metrics.
+// The ops endpoint opens a moment after the MQTT listener that g.start
+// waits for, so it waits for that first.
+func crashBridgeMetric(g *gateway, name string) float64 {
+	g.t.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", g.opsAddr, ioTimeout)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("the ops endpoint %s not listening %s after the start: %v", g.opsAddr, readyTimeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return g.metric(fmt.Sprintf("%s{bridge=%q}", name, crashBridgeName))
+}
+
+// crashCloud creates the cloud application's persistent session on the
+// upstream at addr, subscribed to everything the bridge sends at qos, and
+// leaves it offline: the upstream queues what the bridge delivers until
+// the application connects. (Not Clean Start: mosquitto does not save
+// such a session in its persistence file, and TestCrashBridge restarts
+// it.)
+func crashCloud(t *testing.T, rec *relrecord.Rec, addr, id string, qos byte) *receiver {
+	t.Helper()
+	c, _, err := dial(addr, id, false, sessionExpiry, 0)
+	if err == nil {
+		err = c.subscribe("up/#", qos)
+		c.disconnect()
+	}
+	if err != nil {
+		crashFatal(t, rec, "cloud subscriber %s: %v", id, err)
+	}
+	return &receiver{id: id, qos: qos, got: make(map[string]int), rel: make(map[uint16]string)}
+}
+
+// crashAwaitOutbox waits until the running gateway's bridge has had every
+// outbox entry acknowledged upstream, so that what the upstream holds for
+// the cloud application is final.
+func crashAwaitOutbox(t *testing.T, rec *relrecord.Rec, g *gateway) {
+	t.Helper()
+	began, moved := time.Now(), time.Now()
+	least := -1.0
+	for {
+		n := crashBridgeMetric(g, "fieldgate_bridge_outbox_messages")
+		if n == 0 {
+			t.Logf("outbox empty %s after the wait for it began", time.Since(began).Round(time.Millisecond))
+			return
+		}
+		if least < 0 || n < least {
+			least, moved = n, time.Now()
+		}
+		if time.Since(moved) > crashOutboxStall {
+			crashFail(t, rec, "the bridge's outbox has held %.0f messages for %s: the upstream is not taking them", least, crashOutboxStall)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// crashCloudFollow keeps the cloud application r connected to the
+// upstream at addr, taking what it is sent, until the returned function
+// is called: that waits for g's bridge to empty its outbox, ends r's
+// connection and drains what the upstream still holds for r. The ledger
+// must be final by then.
+//
+// Online, r keeps the upstream's queue for it short: mosquitto takes
+// messages for an offline subscriber at a few hundred a second, which
+// would hide the bridge's own speed and make a backlog slow to drain.
+func crashCloudFollow(t *testing.T, rec *relrecord.Rec, addr string, r *receiver) (finish func(g *gateway, l *ledger)) {
+	t.Helper()
+	c, err := r.connect(addr, 0)
+	if err != nil {
+		crashFatal(t, rec, "cloud subscriber: %v", err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			// A short quiet only to look at stop again: the drain
+			// afterwards is what waits long enough for a loss to be one.
+			err := r.receive(c, 100*time.Millisecond, time.Now().Add(time.Hour))
+			select {
+			case <-stop:
+			default:
+				if err == nil {
+					continue
+				}
+			}
+			c.disconnect()
+			done <- err
+			return
+		}
+	}()
+	return func(g *gateway, l *ledger) {
+		t.Helper()
+		crashAwaitOutbox(t, rec, g)
+		close(stop)
+		if err := <-done; err != nil {
+			crashFail(t, rec, "cloud subscriber %s: %v", r.id, err)
+		}
+		drain(t, rec, addr, []*receiver{r}, l)
+	}
+}
+
+// crashFail fails the test and gives the reason to its record.
+func crashFail(t *testing.T, rec *relrecord.Rec, format string, args ...any) {
+	t.Helper()
+	rec.Fail(format, args...)
+	t.Errorf(format, args...)
+}
+
+// crashFatal is crashFail that stops the test.
+func crashFatal(t *testing.T, rec *relrecord.Rec, format string, args ...any) {
+	t.Helper()
+	rec.Fail(format, args...)
+	t.Fatalf(format, args...)
+}
+
+// TestCrash builds the gateway once and runs the QoS 1 and QoS 2 crash
+// cycles against it. Each run has an active bridge: an out-route carries
+// the publishers' topics, at the publishers' QoS, to a mosquitto on which
+// a persistent cloud application is subscribed, and every acknowledged
+// message must reach it as well as every local subscriber.
+func TestCrash(t *testing.T) {
+	kills, seed := crashParams(t)
 	bin := buildGateway(t, t.TempDir())
 
 	// QoS 1: five publishers that start clean on every connection, three
@@ -83,26 +255,53 @@ func TestCrash(t *testing.T) {
 			pubs = append(pubs, &publisher{id: id, topic: "crash/" + id, qos: 1})
 		}
 		maxDup := kills * qos1Publishers * window * (offlineSubscribers + 1)
-		crash(t, bin, kills, rand.New(rand.NewPCG(seed, 1)), "crash/#", pubs, maxDup)
+		crash(t, bin, kills, seed, 1, "crash/#", pubs, maxDup)
 	})
 	// QoS 2: one publisher that keeps its session across the kills and
 	// resends what was not completed as the protocol asks, three offline
 	// subscribers and one online, all at QoS 2. Nothing acknowledged may
-	// be lost, and nothing may arrive twice.
+	// be lost, and nothing may arrive twice at a local subscriber.
 	t.Run("QoS2", func(t *testing.T) {
 		pubs := []*publisher{{id: "q2-pub", topic: "crash2/q2-pub", qos: 2, persistent: true}}
-		crash(t, bin, kills, rand.New(rand.NewPCG(seed, 2)), "crash2/#", pubs, 0)
+		crash(t, bin, kills, seed, 2, "crash2/#", pubs, 0)
 	})
 }
 
-// crash runs one scenario: a gateway, persistent subscribers to filter at
-// the publishers' QoS, kill cycles under the publishers' load, then a
-// last start in which the subscribers take everything queued for them and
-// are checked against what the broker acknowledged.
-func crash(t *testing.T, bin string, kills int, rng *rand.Rand, filter string, pubs []*publisher, maxDup int) {
+// crash runs one scenario: a gateway bridged to its own mosquitto,
+// persistent subscribers to filter at the publishers' QoS there and
+// locally, kill cycles under the publishers' load, then a last start in
+// which the local subscribers take everything queued for them, the
+// bridge empties its outbox, and the cloud application takes what the
+// upstream queued; all are checked against what the broker acknowledged.
+// stream picks the scenario's own sequence of kill timings from seed.
+func crash(t *testing.T, bin string, kills int, seed, stream uint64, filter string, pubs []*publisher, maxDup int) {
 	began := time.Now()
 	qos := pubs[0].qos
-	g := newGateway(t, bin)
+	rec := relrecord.Begin(t, "crash", fmt.Sprintf("qos%d+bridge", qos))
+	rec.Add("kills", "%d", kills)
+	rec.Add("seed", "%d (FIELDGATE_CRASH_SEED)", seed)
+	rec.Add("load", "%d QoS %d publishers; %d offline and 1 live persistent local subscribers; 1 live persistent subscriber upstream",
+		len(pubs), qos, offlineSubscribers)
+
+	up := upstreamtest.Start(t)
+	cloud := crashCloud(t, rec, up.Addr(), fmt.Sprintf("q%d-cloud", qos), qos)
+	// Upstream duplicates cannot be ruled out at either QoS, so the cloud
+	// application counts them instead of failing on them. The bridge
+	// deletes an entry acknowledged upstream with a lazy commit: a kill
+	// before it lands sends the entry again. At QoS 2 the packet
+	// identifiers in flight are not persisted either, so the first
+	// connection after a start is clean: the upstream forgets the
+	// exchanges it had, and the entries are sent again as new messages.
+	// Whatever the upstream had already released to its subscribers
+	// arrives there twice. The local broker's QoS 2 promise is the one
+	// held to zero.
+	cloud.dupAllowed = true
+	// The cloud application stays online, as one usually does: the
+	// bridge then carries the load as fast as the upstream takes it, and
+	// each kill cuts off a full window of it.
+	cloudFinish := crashCloudFollow(t, rec, up.Addr(), cloud)
+
+	g := newGatewayWith(t, bin, crashBridgeYAML(up.Addr(), filter, qos))
 	g.start()
 	l := newLedger()
 	subs := subscribers(t, g.addr, fmt.Sprintf("q%d", qos), filter, qos)
@@ -113,29 +312,75 @@ func crash(t *testing.T, bin string, kills int, rng *rand.Rand, filter string, p
 		load = append(load, func() error { return p.run(g.addr, l) })
 	}
 	load = append(load, func() error { return live.online(g.addr) })
-	if !cycles(t, g, kills, rng, load) {
+	// The bridge must be active when the kill comes: connected, and
+	// carrying the load upstream.
+	connected, upAcked := 0, 0.0
+	atKill := func() {
+		if crashBridgeMetric(g, "fieldgate_bridge_up") == 1 {
+			connected++
+		}
+		upAcked += crashBridgeMetric(g, "fieldgate_bridge_messages_acked_total")
+	}
+	rng := rand.New(rand.NewPCG(seed, stream))
+	if !cycles(t, rec, g, kills, rng, load, atKill) {
 		return
+	}
+	rec.Add("bridge connected at the kill", "%d of %d kills", connected, kills)
+	rec.Add("upstream acknowledgements before the kills", "%.0f (resends included)", upAcked)
+	// Half the kills leaves room for a start whose link is slow to come
+	// up on a loaded machine, and none for a bridge that is not there.
+	if connected*2 < kills || upAcked == 0 {
+		crashFail(t, rec, "the bridge was connected at %d of %d kills and had %.0f messages acknowledged upstream: it was not active under the load", connected, kills, upAcked)
 	}
 
 	g.start()
+	rec.Add("outbox at the last start", "%.0f messages", crashBridgeMetric(g, "fieldgate_bridge_outbox_messages"))
 	for _, p := range pubs {
 		if p.persistent {
 			// It finishes what it had in flight, as a device does when
 			// its broker comes back, so that the ledger is final.
 			if err := p.finish(g.addr, l); err != nil {
-				t.Errorf("%s completing its flights: %v", p.id, err)
+				crashFail(t, rec, "%s completing its flights: %v", p.id, err)
 			}
 		}
 		for _, msg := range p.problems {
-			t.Errorf("%s: %s", p.id, msg)
+			crashFail(t, rec, "%s: %s", p.id, msg)
 		}
 	}
-	drain(t, g.addr, subs, l)
+	drain(t, rec, g.addr, subs, l)
+	cloudFinish(g, l)
 	g.stop()
 	g.checkState()
 
-	verify(t, l, subs, maxDup)
+	crashLedger(t, rec, l)
+	local := verify(t, rec, "local", l, subs, maxDup)
+	upstream := verify(t, rec, "upstream", l, []*receiver{cloud}, crashUpstreamDups(l))
+	rec.Add("lost (local)", "%d", local.lost)
+	rec.Add("lost (upstream)", "%d", upstream.lost)
+	rec.Add(fmt.Sprintf("QoS %d duplicates (local)", qos), "%d", local.dups)
+	rec.Add(fmt.Sprintf("QoS %d duplicates (upstream)", qos), "%d", upstream.dups)
 	t.Logf("QoS %d: %d kills in %s", qos, kills, time.Since(began).Round(time.Millisecond))
+}
+
+// crashUpstreamDups bounds the duplicates the cloud application may see.
+// A kill sends again what was in flight upstream and what was
+// acknowledged without its delete on disk yet: a small part of a run. As
+// many duplicates as acknowledged messages would be a bridge that
+// replays what it had delivered.
+func crashUpstreamDups(l *ledger) int { return len(l.acked) }
+
+// crashLedger records what the publishers sent and the broker
+// acknowledged; a run in which nothing was acknowledged checked nothing.
+func crashLedger(t *testing.T, rec *relrecord.Rec, l *ledger) {
+	t.Helper()
+	rec.Add("published", "%d", len(l.sent))
+	rec.Add("acknowledged", "%d", len(l.acked))
+	if len(l.refused) > 0 {
+		rec.Add("refused", "%v (by reason code)", l.refused)
+	}
+	if len(l.acked) == 0 {
+		crashFail(t, rec, "no message was acknowledged: the load never ran")
+	}
 }
 
 // ledger is what the publishers sent and what the broker acknowledged,
@@ -370,6 +615,11 @@ type receiver struct {
 	got      map[string]int    // payload → times handed to the application
 	rel      map[uint16]string // QoS 2: packet id → payload received, PUBREL not yet
 	problems []string
+	// dupAllowed counts a QoS 2 message delivered again after its
+	// exchange completed as a duplicate rather than a broken promise:
+	// for the cloud application, whose broker takes each resend of the
+	// bridge's as new.
+	dupAllowed bool
 }
 
 // subscribers creates the persistent sessions: three that stay offline
@@ -479,7 +729,7 @@ func (r *receiver) onPublish(c *client, pk *packets.Packet) error {
 			r.problem("%q sent again under packet id %d without DUP", payload, pk.PacketID)
 		}
 	} else {
-		if r.got[payload] > 0 {
+		if r.got[payload] > 0 && !r.dupAllowed {
 			// Its exchange was complete (PUBREL came): the broker lost
 			// that and sent it as a new message.
 			r.problem("%q delivered again, under packet id %d with DUP %t, after its PUBREL", payload, pk.PacketID, pk.FixedHeader.Dup)
@@ -509,7 +759,7 @@ func (r *receiver) problem(format string, args ...any) {
 
 // drain connects every receiver and takes everything its session holds.
 // The publishers have stopped: l no longer changes.
-func drain(t *testing.T, addr string, rs []*receiver, l *ledger) {
+func drain(t *testing.T, rec *relrecord.Rec, addr string, rs []*receiver, l *ledger) {
 	t.Helper()
 	began := time.Now()
 	// Far more than a healthy drain takes (it grows with the queue): only
@@ -540,7 +790,7 @@ func drain(t *testing.T, addr string, rs []*receiver, l *ledger) {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			t.Errorf("draining: %v", err)
+			crashFail(t, rec, "draining: %v", err)
 		}
 	}
 	t.Logf("drained %d subscribers in %s", len(rs), time.Since(began).Round(time.Millisecond))
@@ -549,9 +799,10 @@ func drain(t *testing.T, addr string, rs []*receiver, l *ledger) {
 // cycles runs kill cycles on g, which is running: each runs every load
 // function in its own goroutine (a client that works until its connection
 // fails), kills the gateway 100–600 ms later and waits for the clients to
-// stop. Any client error but the connection loss the kill causes fails
-// the test; cycles reports whether the test may go on.
-func cycles(t *testing.T, g *gateway, kills int, rng *rand.Rand, load []func() error) bool {
+// stop. atKill, when not nil, looks at the gateway just before each kill.
+// Any client error but the connection loss the kill causes fails the
+// test; cycles reports whether the test may go on.
+func cycles(t *testing.T, rec *relrecord.Rec, g *gateway, kills int, rng *rand.Rand, load []func() error, atKill func()) bool {
 	t.Helper()
 	for cycle := range kills {
 		if cycle > 0 {
@@ -563,6 +814,9 @@ func cycles(t *testing.T, g *gateway, kills int, rng *rand.Rand, load []func() e
 			wg.Go(func() { errs <- fn() })
 		}
 		time.Sleep(killAfterMin + time.Duration(rng.Int64N(int64(killAfterSpread))))
+		if atKill != nil {
+			atKill()
+		}
 		g.kill()
 		done := make(chan struct{})
 		go func() {
@@ -574,12 +828,12 @@ func cycles(t *testing.T, g *gateway, kills int, rng *rand.Rand, load []func() e
 		case <-time.After(2 * ioTimeout):
 			// Every client read is bounded by ioTimeout: one still
 			// running is stuck on a broker that is not gone.
-			t.Fatalf("cycle %d: clients still running %s after the kill", cycle, 2*ioTimeout)
+			crashFatal(t, rec, "cycle %d: clients still running %s after the kill", cycle, 2*ioTimeout)
 		}
 		close(errs)
 		for err := range errs {
 			if err != nil && !connLost(err) {
-				t.Errorf("cycle %d: %v", cycle, err)
+				crashFail(t, rec, "cycle %d: %v", cycle, err)
 			}
 		}
 		if t.Failed() {
@@ -597,21 +851,24 @@ func connLost(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
+// crashTally is what verify found over a set of receivers.
+type crashTally struct {
+	lost int // acknowledged messages a receiver never got, summed over the receivers
+	dups int // deliveries beyond the first, summed over the receivers
+}
+
 // verify checks every receiver against the ledger: each acknowledged
 // payload delivered (lost = 0), nothing delivered that was never sent, and
-// at most maxDup duplicates over all receivers.
-func verify(t *testing.T, l *ledger, rs []*receiver, maxDup int) {
+// at most maxDup duplicates over all receivers. where names the receivers
+// (local, upstream) in the failures.
+func verify(t *testing.T, rec *relrecord.Rec, where string, l *ledger, rs []*receiver, maxDup int) crashTally {
 	t.Helper()
 	acked := make([]string, 0, len(l.acked))
 	for p := range l.acked {
 		acked = append(acked, p)
 	}
 	slices.Sort(acked)
-	t.Logf("published %d, acknowledged %d, refused %v", len(l.sent), len(acked), l.refused)
-	if len(acked) == 0 {
-		t.Errorf("no message was acknowledged: the load never ran")
-	}
-	dups := 0
+	var sum crashTally
 	for _, r := range rs {
 		var lost, unknown []string
 		for _, p := range acked {
@@ -627,20 +884,22 @@ func verify(t *testing.T, l *ledger, rs []*receiver, maxDup int) {
 				unknown = append(unknown, p)
 			}
 		}
-		dups += rdups
-		t.Logf("%s: delivered %d, lost %d, duplicates %d", r.id, delivered, len(lost), rdups)
+		sum.lost += len(lost)
+		sum.dups += rdups
+		t.Logf("%s (%s): delivered %d, lost %d, duplicates %d", r.id, where, delivered, len(lost), rdups)
 		if len(lost) > 0 {
-			t.Errorf("%s: %d acknowledged messages never delivered, such as %q", r.id, len(lost), lost[:min(len(lost), 10)])
+			crashFail(t, rec, "%s (%s): %d acknowledged messages never delivered, such as %q", r.id, where, len(lost), lost[:min(len(lost), 10)])
 		}
 		if len(unknown) > 0 {
 			slices.Sort(unknown)
-			t.Errorf("%s: %d messages delivered that no publisher sent, such as %q", r.id, len(unknown), unknown[:min(len(unknown), 10)])
+			crashFail(t, rec, "%s (%s): %d messages delivered that no publisher sent, such as %q", r.id, where, len(unknown), unknown[:min(len(unknown), 10)])
 		}
 		for _, p := range r.problems {
-			t.Errorf("%s: %s", r.id, p)
+			crashFail(t, rec, "%s (%s): %s", r.id, where, p)
 		}
 	}
-	if dups > maxDup {
-		t.Errorf("%d duplicate deliveries, more than the %d allowed", dups, maxDup)
+	if sum.dups > maxDup {
+		crashFail(t, rec, "%d duplicate deliveries (%s), more than the %d allowed", sum.dups, where, maxDup)
 	}
+	return sum
 }

@@ -70,16 +70,11 @@ type gateway struct {
 	starts int
 }
 
-// newGateway writes a configuration with a state file in a fresh
-// directory and a free loopback port. The process is killed when the test
-// ends, and the tail of its log printed if the test failed.
-func newGateway(t *testing.T, bin string) *gateway {
-	t.Helper()
-	return newGatewayWith(t, bin, "")
-}
-
-// newGatewayWith is newGateway with extra top-level configuration (such
-// as a bridges: section) appended to the file.
+// newGatewayWith writes a configuration with a state file in a fresh
+// directory and a free loopback port, and extra top-level configuration
+// (such as a bridges: section, or nothing) appended to it. The process is
+// killed when the test ends, and the tail of its log printed if the test
+// failed.
 func newGatewayWith(t *testing.T, bin, extra string) *gateway {
 	t.Helper()
 	// The budgets are far above what a run queues, and a full queue
@@ -176,6 +171,7 @@ func (g *gateway) start() {
 		c, _, err := dial(g.addr, "reliability-probe", true, 0, 0)
 		if err == nil {
 			c.disconnect()
+			g.awaitOps(deadline)
 			return
 		}
 		select {
@@ -336,4 +332,23 @@ func (g *gateway) metric(name string) float64 {
 	}
 	g.t.Fatalf("/metrics has no sample %s", name)
 	return 0
+}
+
+// awaitOps waits for the ops endpoint, which opens a moment after the MQTT
+// listener, to answer /healthz, so that metric works right after start.
+func (g *gateway) awaitOps(deadline time.Time) {
+	g.t.Helper()
+	for {
+		resp, err := http.Get("http://" + g.opsAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("the ops endpoint did not answer /healthz by %s after start %d: %v", readyTimeout, g.starts, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
