@@ -76,8 +76,14 @@ func parseINA219(s *Spec) Opener {
 	i := physic.ElectricCurrent(math.Round(maxI * float64(physic.Ampere)))
 	// Compare with a little slack: 3.2 × 0.1 is 0.32000000000000006.
 	if v := maxI * shunt; len(s.problems) == before && (ina219Calibration(r, i) > 0xffff || v > ina219MaxShuntV*(1+1e-9)) {
-		s.Fail("options.max_current", "%g A across %g Ω is %.4g V; at full current the shunt must see about %.3g to %g V (above, the INA219's input saturates; below, its calibration overflows): use a max_current from %.3g to %.3g A, or another shunt",
-			maxI, shunt, v, ina219MinShuntV, ina219MaxShuntV, ina219MinShuntV/shunt, ina219MaxShuntV/shunt)
+		// Point at the option the file wrote: a shunt_ohms that does
+		// not suit the default max_current is where the line is.
+		key, current := "options.max_current", fmt.Sprintf("%g A", maxI)
+		if _, set := s.Options["max_current"]; !set {
+			key, current = "options.shunt_ohms", fmt.Sprintf("%g A (the default max_current)", maxI)
+		}
+		s.Fail(key, "%s across %g Ω is %.4g V; at full current the shunt must see about %.3g to %g V (above, the INA219's input saturates; below, its calibration overflows): use a max_current from %.3g to %.3g A, or another shunt",
+			current, shunt, v, ina219MinShuntV, ina219MaxShuntV, ina219MinShuntV/shunt, ina219MaxShuntV/shunt)
 	}
 	addr := s.Addr
 	return func(c Conn) (Device, error) { return openINA219(c.I2C, addr, r, i) }

@@ -118,6 +118,8 @@ func TestINA219ParseProblems(t *testing.T) {
 		// 1 A across 1 mΩ is 1 mV: the calibration would not fit 16 bits.
 		{map[string]string{"shunt_ohms": "0.001", "max_current": "1"}, "sensors[0].options.max_current", []string{"is 0.001 V", "from 20.5 to 320 A"}},
 		{map[string]string{"gain": "8"}, "sensors[0].options.gain", []string{"known options: max_current, shunt_ohms"}},
+		// With max_current left out, the shunt written is what is wrong.
+		{map[string]string{"shunt_ohms": "1"}, "sensors[0].options.shunt_ohms", []string{"3.2 A (the default max_current) across 1 Ω is 3.2 V", "from 0.0205 to 0.32 A"}},
 	} {
 		ps, _ := parseSensorYAML(t, inaDoc, withOptions(tc.opts))
 		for _, w := range tc.want {

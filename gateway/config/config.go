@@ -17,8 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
-	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -416,22 +414,22 @@ func Parse(name string, data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
-		// An empty file asks for the defaults.
+	case errors.Is(err, io.EOF) || err == nil && isEmpty(&doc):
+		// Almost always a mistake, such as a copy cut short, and never
+		// a useful gateway: no sensors, and no way for a client to log in.
+		d.fail("", 1, "the file has no settings; write the configuration in it (keys left out keep their defaults), or leave out -config to run the built-in configuration")
 	case err != nil:
-		return nil, syntaxError(name, err)
+		return nil, newError([]Problem{syntaxProblem(name, data, err)})
 	default:
 		var extra yaml.Node
 		switch err := dec.Decode(&extra); {
 		case errors.Is(err, io.EOF):
 		case err != nil:
-			return nil, syntaxError(name, err)
+			return nil, newError([]Problem{syntaxProblem(name, data, err)})
 		default:
 			d.fail("", extra.Line, "a second YAML document starts here; keep one document per file")
 		}
-		if len(doc.Content) > 0 {
-			d.value("", doc.Content[0], reflect.ValueOf(cfg).Elem())
-		}
+		d.value("", doc.Content[0], reflect.ValueOf(cfg).Elem())
 	}
 
 	cfg.src = source{file: name, lines: d.lines}
@@ -449,14 +447,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// syntaxError turns the YAML parser's "yaml: line N: msg" into a Problem so
-// that a syntax error is reported in the same file:line form as the rest.
-func syntaxError(name string, err error) error {
-	rest, found := strings.CutPrefix(err.Error(), "yaml: line ")
-	num, msg, ok := strings.Cut(rest, ": ")
-	line, convErr := strconv.Atoi(num)
-	if !found || !ok || convErr != nil {
-		return fmt.Errorf("config: %s: %w", name, err)
-	}
-	return newError([]Problem{{File: name, Line: line, Msg: "YAML syntax: " + msg}})
+// isEmpty reports whether doc holds no value: only comments, or null.
+func isEmpty(doc *yaml.Node) bool {
+	return len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null"
 }

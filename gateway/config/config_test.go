@@ -73,14 +73,9 @@ func TestDecodeKeepsDefaults(t *testing.T) {
 		yaml  string
 		check func(t *testing.T, c *Config)
 	}{
-		{"empty file", "", func(t *testing.T, c *Config) {
+		{"the rest keep defaults", "# one key\nlog: {level: debug}\n", func(t *testing.T, c *Config) {
 			if len(c.Listeners) != 1 || c.Listeners[0].Address != "127.0.0.1:1883" {
 				t.Errorf("listeners = %+v, want the default listener", c.Listeners)
-			}
-		}},
-		{"comment only", "# nothing\n", func(t *testing.T, c *Config) {
-			if c.Log.Level != "info" {
-				t.Errorf("log.level = %q, want info", c.Log.Level)
 			}
 		}},
 		{"one key set", "log:\n  format: json\n", func(t *testing.T, c *Config) {
@@ -211,7 +206,45 @@ func TestBrokenConfigs(t *testing.T) {
 		{"two documents", "log: {}\n---\nlog: {}\n",
 			[]wantProblem{{2, "", "keep one document per file"}}},
 		{"yaml syntax", "log: [debug\n",
-			[]wantProblem{{1, "", "YAML syntax"}}},
+			[]wantProblem{{1, "log", "YAML syntax"}}},
+		{"empty file", "",
+			[]wantProblem{{1, "", "the file has no settings"}}},
+		{"comments only", "# log:\n#   level: debug\n",
+			[]wantProblem{{1, "", "the file has no settings"}}},
+		{"null document", "~\n",
+			[]wantProblem{{1, "", "the file has no settings"}}},
+		{"whole number beyond 64 bits", "broker:\n  max_packet_size: 99999999999999999999999\n",
+			[]wantProblem{{2, "broker.max_packet_size", "99999999999999999999999 is out of range; a whole number here is from"}}},
+		{"a fraction for a whole number", "sensors:\n  - {name: t, kind: bme280, bus: sim, interval: 1s, retries: 1.5}\n",
+			[]wantProblem{{2, "sensors[0].retries", `want a whole number, got "1.5"`}}},
+		{"infinite scale", "sensors:\n  - name: t\n    kind: ads1115\n    bus: sim\n    interval: 1s\n    channels:\n      - {name: p, input: A0, from: [0, .inf], to: [0, 10]}\n",
+			[]wantProblem{{7, "sensors[0].channels[0].from[1]", `want a finite number, such as 2.5, got ".inf"`}}},
+		{"NaN range", "sensors:\n  - name: t\n    kind: ads1115\n    bus: sim\n    interval: 1s\n    channels:\n      - {name: p, input: A0, range: [.nan, 1]}\n",
+			[]wantProblem{{7, "sensors[0].channels[0].range[0]", "want a finite number"}}},
+		{"number beyond float64", "sensors:\n  - name: t\n    kind: ads1115\n    bus: sim\n    interval: 1s\n    channels:\n      - {name: p, input: A0, to: [0, 1e999], from: [0, 1]}\n",
+			[]wantProblem{{7, "sensors[0].channels[0].to[1]", "want a finite number"}}},
+		{"duration beyond 64 bits", "broker:\n  max_keepalive: 10000000h\n",
+			[]wantProblem{{2, "broker.max_keepalive", "10000000h is too long; a duration can be at most 2562047h47m16s"}}},
+		{"a unit alone is no duration", "broker:\n  max_keepalive: s\n",
+			[]wantProblem{{2, "broker.max_keepalive", `want a duration such as 30s, 5m or 1h30m, got "s"`}}},
+		{"negative reconnect_min", "bridges:\n  - name: c\n    address: a:1\n    reconnect_min: -1s\n    out: [{filter: a}]\n",
+			[]wantProblem{{4, "bridges[0].reconnect_min", "use a positive duration"}}},
+		{"reconnect_min above the default reconnect_max", "bridges:\n  - name: c\n    address: a:1\n    reconnect_min: 5m\n    out: [{filter: a}]\n",
+			[]wantProblem{{4, "bridges[0].reconnect_min", "want reconnect_min (5m0s) <= reconnect_max (2m0s)"}}},
+		{"reconnect_max below reconnect_min", "bridges:\n  - name: c\n    address: a:1\n    reconnect_min: 5s\n    reconnect_max: 1s\n    out: [{filter: a}]\n",
+			[]wantProblem{{5, "bridges[0].reconnect_max", "want reconnect_min (5s) <= reconnect_max (1s)"}}},
+		{"session budget above the default store budget", "broker:\n  max_queued_bytes: 999999999999\n",
+			[]wantProblem{{2, "broker.max_queued_bytes", "more than storage.max_queued_bytes (67108864)"}}},
+		{"packet above the default session budget", "broker:\n  max_packet_size: 2000000\n",
+			[]wantProblem{{2, "broker.max_packet_size", "more than broker.max_queued_bytes (1048576)"}}},
+		{"listener on the default ops address", "listeners:\n  - {name: a, type: tcp, address: ':9100'}\n",
+			[]wantProblem{{2, "listeners[0].address", ":9100 is also bound by ops.address (by default)"}}},
+		{"name too long", "sensors:\n  - {name: " + strings.Repeat("a", 65) + ", kind: bme280, bus: sim, interval: 1s}\n",
+			[]wantProblem{{2, "sensors[0].name", "is 65 characters long; use at most 64"}}},
+		{"topic prefix too long", "gateway:\n  topic_prefix: " + strings.Repeat("a", 70000) + "\n",
+			[]wantProblem{{2, "gateway.topic_prefix", "longer than 65535 bytes"}}},
+		{"topic prefix reserved", "gateway:\n  topic_prefix: $SYS\n",
+			[]wantProblem{{2, "gateway.topic_prefix", "starting with $"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

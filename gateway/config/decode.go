@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +30,19 @@ type decoder struct {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
+// durationText matches what time.ParseDuration accepts, however large;
+// wholeText matches a whole number in decimal, however long.
+var (
+	durationText = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+	wholeText    = regexp.MustCompile(`^[-+]?[0-9]+$`)
+)
+
+// isNumber reports whether s is a number written without a unit.
+func isNumber(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
+}
+
 func (d *decoder) fail(path string, line int, format string, args ...any) {
 	d.problems = append(d.problems, Problem{File: d.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
@@ -38,10 +53,14 @@ func (d *decoder) badValue(path string, line int, format string, args ...any) {
 	d.undecoded = append(d.undecoded, path)
 }
 
-// covers reports whether path, or a key above it, could not be decoded.
+// covers reports whether path, a key above it, or an item of the list at
+// path could not be decoded.
 func (d *decoder) covers(path string) bool {
 	for _, u := range d.undecoded {
 		if path == u || u == "" || strings.HasPrefix(path, u+".") || strings.HasPrefix(path, u+"[") {
+			return true
+		}
+		if item, ok := strings.CutPrefix(u, path+"["); ok && !strings.ContainsAny(item, ".[") {
 			return true
 		}
 	}
@@ -69,7 +88,12 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 		dur, err := time.ParseDuration(n.Value)
 		if err != nil {
 			hint := ""
-			if _, numErr := strconv.ParseFloat(n.Value, 64); numErr == nil {
+			switch {
+			case durationText.MatchString(n.Value):
+				// Well formed, so it failed by overflowing.
+				d.badValue(path, n.Line, "%s is too long; a duration can be at most %s", n.Value, time.Duration(math.MaxInt64).Truncate(time.Second))
+				return
+			case isNumber(n.Value):
 				hint = fmt.Sprintf(" (add a unit: %ss)", n.Value)
 			}
 			d.badValue(path, n.Line, "want %s, got %q%s", want(v.Type()), n.Value, hint)
@@ -88,14 +112,24 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 		v.SetBool(b)
 	case v.Kind() == reflect.Int:
 		var i int64
-		if err := n.Decode(&i); err != nil || v.OverflowInt(i) {
+		var f float64
+		// yaml drops a fraction when it decodes into an integer: qos: 1.5
+		// would become 1.
+		fraction := n.ShortTag() == "!!float" && (n.Decode(&f) != nil || f != math.Trunc(f))
+		if err := n.Decode(&i); err != nil || fraction || v.OverflowInt(i) {
+			if wholeText.MatchString(n.Value) {
+				d.badValue(path, n.Line, "%s is out of range; a whole number here is from %d to %d", n.Value, math.MinInt64, math.MaxInt64)
+				return
+			}
 			d.badValue(path, n.Line, "want %s, got %q", want(v.Type()), n.Value)
 			return
 		}
 		v.SetInt(i)
 	case v.Kind() == reflect.Float64:
 		var f float64
-		if err := n.Decode(&f); err != nil {
+		// Infinity and NaN (.inf, .nan) are YAML numbers, but they would
+		// pass every range check and then scale readings into nonsense.
+		if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 			d.badValue(path, n.Line, "want %s, got %q", want(v.Type()), n.Value)
 			return
 		}
@@ -212,7 +246,7 @@ func want(t reflect.Type) string {
 	case t.Kind() == reflect.Int:
 		return "a whole number"
 	case t.Kind() == reflect.Float64:
-		return "a number"
+		return "a finite number, such as 2.5"
 	}
 	return "a single value"
 }

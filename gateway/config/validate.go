@@ -125,12 +125,32 @@ func (k *checker) fail(path, format string, args ...any) {
 	k.problems = append(k.problems, Problem{File: k.src.file, Line: k.src.line(path), Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
-// where names path for a message about another key, with its line when known.
+// where names path for a message about another key, with its line when it
+// was written in the file.
 func (k *checker) where(path string) string {
-	if l := k.src.line(path); l > 0 {
+	if l, ok := k.src.lines[path]; ok {
 		return fmt.Sprintf("%s (line %d)", path, l)
 	}
+	if k.src.file != "" {
+		return path + " (by default)"
+	}
 	return path
+}
+
+// written reports whether the file set path itself, not just a key above it.
+func (k *checker) written(path string) bool {
+	_, ok := k.src.lines[path]
+	return ok
+}
+
+// either picks the key a problem with two keys together is reported at:
+// first, unless only second was written in the file, whose line is then
+// the one to point at.
+func (k *checker) either(first, second string) string {
+	if !k.written(first) && k.written(second) {
+		return second
+	}
+	return first
 }
 
 func (c *Config) problems() []Problem {
@@ -153,8 +173,12 @@ func (c *Config) problems() []Problem {
 		k.fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
 	}
 
-	if n := c.Storage.MaxQueuedBytes; n < c.Broker.MaxQueuedBytes {
-		k.fail("storage.max_queued_bytes", "%d is smaller than broker.max_queued_bytes (%d), the budget of one session; use at least that, such as %d", n, c.Broker.MaxQueuedBytes, 64<<20)
+	if n, one := c.Storage.MaxQueuedBytes, c.Broker.MaxQueuedBytes; n < one {
+		if k.either("storage.max_queued_bytes", "broker.max_queued_bytes") == "storage.max_queued_bytes" {
+			k.fail("storage.max_queued_bytes", "%d is smaller than broker.max_queued_bytes (%d), the budget of one session; use at least that, such as %d", n, one, 64<<20)
+		} else {
+			k.fail("broker.max_queued_bytes", "%d is more than storage.max_queued_bytes (%d), the budget of all sessions together; use at most that, or raise storage.max_queued_bytes", one, n)
+		}
 	}
 	k.oneOf("storage.queue_policy", c.Storage.QueuePolicy, QueueDropOldest, QueueRefuse)
 	k.broker(c.Broker)
@@ -227,8 +251,11 @@ func (k *checker) gateway(g Gateway) {
 	for _, kv := range [...][2]string{{"gateway.topic_prefix", g.TopicPrefix}, {"gateway.discovery_prefix", g.DiscoveryPrefix}} {
 		if kv[1] == "" {
 			k.fail(kv[0], "required: a topic such as fieldgate")
-		} else if err := matcher.ValidateTopic(kv[1]); err != nil || strings.HasPrefix(kv[1], "$") {
-			k.fail(kv[0], "%q cannot begin a topic: use levels without wildcards or a leading $, such as site-7/fieldgate", kv[1])
+		} else if err := matcher.ValidateTopic(kv[1]); err != nil {
+			// The error quotes the value, shortened if it is long.
+			k.fail(kv[0], "cannot begin a topic: %v; use levels without wildcards, such as site-7/fieldgate", err)
+		} else if strings.HasPrefix(kv[1], "$") {
+			k.fail(kv[0], "%q cannot begin a topic: MQTT keeps topics starting with $ for the broker; use one such as site-7/fieldgate", kv[1])
 		}
 	}
 }
@@ -256,8 +283,11 @@ func (k *checker) bridge(p string, b Bridge, names map[string]string) {
 	if d := b.SessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
 		k.fail(p+".session_expiry", "%s is not allowed; use whole seconds up to %s, such as 24h", d, maxSessionExpiry)
 	}
-	if b.ReconnectMin <= 0 || b.ReconnectMax < b.ReconnectMin {
-		k.fail(p+".reconnect_max", "want 0 < reconnect_min (%s) <= reconnect_max (%s), such as 1s and 2m", b.ReconnectMin, b.ReconnectMax)
+	switch {
+	case b.ReconnectMin <= 0:
+		k.fail(p+".reconnect_min", "%s is not allowed; use a positive duration, such as 1s", b.ReconnectMin)
+	case b.ReconnectMax < b.ReconnectMin:
+		k.fail(k.either(p+".reconnect_max", p+".reconnect_min"), "want reconnect_min (%s) <= reconnect_max (%s), such as 1s and 2m", b.ReconnectMin, b.ReconnectMax)
 	}
 	if b.AckTimeout < time.Second {
 		k.fail(p+".ack_timeout", "%s is too short; use 1s or more, such as 30s", b.AckTimeout)
@@ -393,7 +423,11 @@ func (k *checker) broker(b Broker) {
 	k.intRange("broker.read_buffer", b.ReadBuffer, 64, 1<<20, "1024")
 	k.intRange("broker.write_buffer", b.WriteBuffer, 64, 1<<20, "4096")
 	if n := b.MaxQueuedBytes; n < b.MaxPacketSize {
-		k.fail("broker.max_queued_bytes", "%d is smaller than broker.max_packet_size (%d); a client could not receive one largest packet; use at least that, such as %d", n, b.MaxPacketSize, 1<<20)
+		if k.either("broker.max_queued_bytes", "broker.max_packet_size") == "broker.max_queued_bytes" {
+			k.fail("broker.max_queued_bytes", "%d is smaller than broker.max_packet_size (%d); a client could not receive one largest packet; use at least that, such as %d", n, b.MaxPacketSize, 1<<20)
+		} else {
+			k.fail("broker.max_packet_size", "%d is more than broker.max_queued_bytes (%d); a client could not receive one largest packet; use at most that, or raise broker.max_queued_bytes", b.MaxPacketSize, n)
+		}
 	}
 	if d := b.MaxSessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
 		k.fail("broker.max_session_expiry", "%s is not allowed; use whole seconds from 0s to %s, such as 168h", d, maxSessionExpiry)
@@ -435,12 +469,21 @@ func (k *checker) oneOf(path, got string, allowed ...string) {
 	k.fail(path, "%q is not allowed; use one of %s", got, strings.Join(allowed, ", "))
 }
 
+// maxNameLen bounds names. A sensor's name is a level of each of its
+// topics, which MQTT caps at 65535 bytes together, and of Home Assistant's
+// entity ids; 64 characters are more than any site needs.
+const maxNameLen = 64
+
 // name checks a listener or sensor name. Names become log fields, metric
 // labels and (for sensors) MQTT topic levels, so they are kept to characters
 // that are safe in all three; seen maps names to the path that first used them.
 func (k *checker) name(path, name string, seen map[string]string) {
 	if name == "" {
 		k.fail(path, "required: a short unique name such as %q", "greenhouse-1")
+		return
+	}
+	if len(name) > maxNameLen {
+		k.fail(path, "is %d characters long; use at most %d, such as %q", len(name), maxNameLen, "greenhouse-1")
 		return
 	}
 	for _, r := range name {
@@ -521,7 +564,12 @@ type boundAddr struct {
 func (k *checker) claim(bound *[]boundAddr, path, network, addr string) {
 	for _, b := range *bound {
 		if b.network == network && sameSocket(network, b.addr, addr) {
-			k.fail(path, "%s is also bound by %s; give each its own address", addr, k.where(b.path))
+			if k.either(path, b.path) == path {
+				k.fail(path, "%s is also bound by %s; give each its own address", addr, k.where(b.path))
+			} else {
+				// Only the earlier one was written: a default clashes with it.
+				k.fail(b.path, "%s is also bound by %s; give each its own address", b.addr, k.where(path))
+			}
 			return
 		}
 	}
