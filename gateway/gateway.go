@@ -85,6 +85,9 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := checkFiles(cfg); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
 	store, err := storage.Open(cfg.Storage.Path, storage.Options{Logger: log.With("component", "storage")})
 	if err != nil {
 		return fmt.Errorf("gateway: storage.path: %w", err)
