@@ -118,7 +118,7 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 		fraction := n.ShortTag() == "!!float" && (n.Decode(&f) != nil || f != math.Trunc(f))
 		if err := n.Decode(&i); err != nil || fraction || v.OverflowInt(i) {
 			if wholeText.MatchString(n.Value) {
-				d.badValue(path, n.Line, "%s is out of range; a whole number here is from %d to %d", n.Value, math.MinInt64, math.MaxInt64)
+				d.badValue(path, n.Line, "%s is out of range; a whole number here is from %d to %d", n.Value, math.MinInt, math.MaxInt)
 				return
 			}
 			d.badValue(path, n.Line, "want %s, got %q", want(v.Type()), n.Value)
