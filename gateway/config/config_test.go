@@ -233,7 +233,7 @@ func TestBrokenConfigs(t *testing.T) {
 			[]wantProblem{{4, "bridges[0].reconnect_min", "want reconnect_min (5m0s) <= reconnect_max (2m0s)"}}},
 		{"reconnect_max below reconnect_min", "bridges:\n  - name: c\n    address: a:1\n    reconnect_min: 5s\n    reconnect_max: 1s\n    out: [{filter: a}]\n",
 			[]wantProblem{{5, "bridges[0].reconnect_max", "want reconnect_min (5s) <= reconnect_max (1s)"}}},
-		{"session budget above the default store budget", "broker:\n  max_queued_bytes: 999999999999\n",
+		{"session budget above the default store budget", "broker:\n  max_queued_bytes: 1999999999\n",
 			[]wantProblem{{2, "broker.max_queued_bytes", "more than storage.max_queued_bytes (67108864)"}}},
 		{"packet above the default session budget", "broker:\n  max_packet_size: 2000000\n",
 			[]wantProblem{{2, "broker.max_packet_size", "more than broker.max_queued_bytes (1048576)"}}},
