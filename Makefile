@@ -21,8 +21,18 @@ RELEASE := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(STAMP)"
 
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME ?= 30s
-# Kill cycles of `make soak`; `make test` runs the crash test with its default of 10.
+# Every decoder's fuzz target, as PACKAGE:TARGET. make test runs each for
+# TEST_FUZZTIME, make soak for SOAK_FUZZTIME.
+FUZZ_TARGETS := \
+	./matcher:FuzzIndex ./matcher:FuzzValidate \
+	./gateway/broker:FuzzConnReader ./storage:FuzzDecode
+TEST_FUZZTIME ?= 8s
+SOAK_FUZZTIME ?= 60s
+# Kill cycles of `make soak`; make test runs the reliability suite's short
+# lengths, and make soak the full ones (FIELDGATE_SOAK=1).
 SOAK_KILLS ?= 100
+# Where the reliability suite leaves its records (internal/relrecord).
+REL_OUT ?= $(CURDIR)/bin/reliability
 
 .PHONY: build cross run lint test test-unit test-fuzz test-bench-module \
 	bench bench-matcher fuzz fuzz-broker soak qemu-check qemu-sensors tools staticcheck system-packages clean help
@@ -61,7 +71,7 @@ lint: staticcheck
 ## test: every check, in one run, with a summary at the end
 # Each step runs even when an earlier one failed, so one run shows every
 # failure; the tools step is the exception, since the rest depends on it.
-TEST_STEPS := lint test-unit test-fuzz test-bench-module cross qemu-check qemu-sensors systemd-check deb-check
+TEST_STEPS := lint test-unit test-reliability test-fuzz test-bench-module cross qemu-check qemu-sensors systemd-check deb-check
 
 test: tools
 	@passed=0; failed=0; summary=""; \
@@ -76,24 +86,53 @@ test: tools
 	echo "steps: $$passed passed, $$failed failed"; \
 	[ "$$failed" -eq 0 ]
 
+# Every package but the reliability suite, which has its own step.
 test-unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/gateway/reliability$$')
 
-# Bounded runs of the fuzz targets: the matcher against its oracle, and raw
-# bytes into the broker's connection reader.
+# The reliability suite at its short lengths (gateway/reliability), and a
+# summary of what it measured.
+test-reliability:
+	@rm -rf $(REL_OUT)/short; rc=0; \
+	FIELDGATE_RELIABILITY_OUT=$(REL_OUT)/short $(GO) test -race -count=1 -timeout 20m ./gateway/reliability || rc=$$?; \
+	$(GO) run ./scripts/relreport write -dir $(REL_OUT)/short -out - -summary -command "make test" || rc=1; \
+	exit $$rc
+
+# Bounded runs of every decoder's fuzz target (FUZZ_TARGETS).
 test-fuzz:
-	$(MAKE) --no-print-directory fuzz FUZZTIME=30s
-	$(MAKE) --no-print-directory fuzz-broker FUZZTIME=30s
+	@$(MAKE) --no-print-directory fuzz-all FUZZTIME=$(TEST_FUZZTIME) FUZZ_OUT=$(REL_OUT)/fuzz-short
+
+# fuzz-all: each of FUZZ_TARGETS for FUZZTIME; with FUZZ_OUT, a record of
+# each run for the reliability report.
+FUZZ_OUT ?=
+.PHONY: fuzz-all test-reliability
+fuzz-all:
+	@failed=0; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; log=$$(mktemp); \
+		echo "== $$pkg $$name for $(FUZZTIME)"; rc=0; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg >$$log 2>&1 || rc=$$?; \
+		tail -3 $$log; \
+		if [ -n "$(FUZZ_OUT)" ]; then $(GO) run ./scripts/relreport fuzz -dir "$(FUZZ_OUT)" -target "$${pkg#./} $$name" -log $$log -rc $$rc; fi; \
+		if [ $$rc -ne 0 ]; then failed=$$((failed + 1)); cat $$log; fi; \
+		rm -f $$log; \
+	done; \
+	[ $$failed -eq 0 ] || { echo "fuzz-all: $$failed target(s) failed" >&2; exit 1; }
 
 # scripts/bench is its own module; its tests check that the benchmarked
 # implementations agree before their speed is compared.
 test-bench-module:
 	cd scripts/bench && $(GO) vet ./... && $(GO) test -count=1 -run . ./...
 
-## bench: benchmarks of the main module, then the side-by-side matcher comparison
+## bench: every side-by-side comparison in one go, then docs/BENCHMARKS.md and docs/bench/*.svg (scripts/bench/bench-all.sh, about 45 min on 2 cores; QUICK=1: a smoke run of 6 min)
+# The main module's own benchmarks are not part of it: they take minutes,
+# compare nothing and feed no table of the report; make bench-unit runs them.
 bench:
+	cd scripts/bench && ./bench-all.sh
+
+## bench-unit: the main module's own go benchmarks
+.PHONY: bench-unit
+bench-unit:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
-	$(MAKE) --no-print-directory bench-matcher
 
 ## bench-matcher: the matcher against other implementations (scripts/bench)
 bench-matcher:
@@ -122,9 +161,15 @@ fuzz:
 fuzz-broker:
 	$(GO) test -run='^$$' -fuzz=FuzzConnReader -fuzztime=$(FUZZTIME) ./gateway/broker
 
-## soak: the crash test with SOAK_KILLS (default 100) SIGKILLs of the gateway under QoS 1 and 2 load
-soak:
-	FIELDGATE_CRASH_KILLS=$(SOAK_KILLS) $(GO) test -count=1 -timeout 60m -run Crash -v ./gateway/reliability
+## soak: the reliability suite at full length, every fuzz target for SOAK_FUZZTIME, then docs/RELIABILITY.md
+soak: system-packages
+	@rm -rf $(REL_OUT)/soak; mkdir -p $(REL_OUT); rc=0; start=$$(date +%s); \
+	FIELDGATE_SOAK=1 FIELDGATE_CRASH_KILLS=$(SOAK_KILLS) FIELDGATE_RELIABILITY_OUT=$(REL_OUT)/soak \
+		$(GO) test -count=1 -timeout 120m -v ./gateway/reliability 2>&1 | tee $(REL_OUT)/soak-test.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok)' || rc=1; \
+	FIELDGATE_SOAK=1 $(MAKE) --no-print-directory fuzz-all FUZZTIME=$(SOAK_FUZZTIME) FUZZ_OUT=$(REL_OUT)/soak || rc=1; \
+	$(GO) run ./scripts/relreport write -dir $(REL_OUT)/soak -out docs/RELIABILITY.md -command "make soak" || rc=1; \
+	echo "soak: $$(( $$(date +%s) - start ))s; docs/RELIABILITY.md written"; \
+	exit $$rc
 
 ## qemu-check: run the release binaries under user-mode emulation
 # qemu-*-static runs a foreign binary without a sysroot, which also proves the

@@ -31,6 +31,8 @@
 #   SCENARIOS="throughput latency idle subs"
 #   PORT=18830          brokers listen on 127.0.0.1:PORT+1 (fieldgate), +2 (mochi), +3 (mosquitto)
 #   KEEP_LOGS=1         keep the brokers' logs and configs (the path is printed)
+#   RESULTS_NAME=broker write results/RESULTS_NAME-ARCH.txt and RESULTS_NAME-summary.md
+#                       (bench-all.sh's sweeps use sweep-..., leaving the broker's own in place)
 #
 # Mosquitto comes from Debian's package; as root the script installs it
 # when missing. A broker that does not answer CONNACK within a few seconds
@@ -61,7 +63,7 @@ BROKERS=${BROKERS:-"fieldgate mochi mosquitto"}
 SCENARIOS=${SCENARIOS:-"throughput latency idle subs"}
 PORT=${PORT:-18830}
 # A smoke run keeps its results apart, so as not to replace a full run's.
-result_files broker
+result_files "${RESULTS_NAME:-broker}"
 
 take_bench_lock "waiting for another bench-broker.sh run to finish"
 

@@ -54,9 +54,9 @@ func (s *Summary) bridgeHeader(b *strings.Builder) {
 		"one broker under test at a time, started afresh with new state for every run, beside the upstream Mosquitto",
 		fmt.Sprintf("Go: %s", orUnknown(m["go"])),
 		fmt.Sprintf("fieldgate: %s: its bridge and durable outbox (bbolt); one out-route `bench/#` at QoS 1, `rate: 0` "+
-			"(unpaced; one more run at `rate: %s`), `max_inflight: %s`, reconnect backoff 1 s to 2 s, "+
+			"(unpaced%s), `max_inflight: %s`, reconnect backoff 1 s to 2 s, "+
 			"`max_outbox_bytes` 1 GiB (nothing dropped), protocol auto (MQTT 5 with this upstream)",
-			orUnknown(m["fieldgate"]), orUnknown(m["paced-rate"]), inflight),
+			orUnknown(m["fieldgate"]), pacedNote(m["paced-rate"]), inflight),
 		fmt.Sprintf("Mosquitto: %s, `persistence true`, `autosave_interval %s`, `max_queued_messages 0` (no limit), "+
 			"`max_inflight_messages %s`; its bridge: `topic bench/# out 1`, `cleansession false`, `restart_timeout 1 2` "+
 			"(backoff from 1 s to 2 s), `notifications false`, MQTT 3.1.1 (its default)",
@@ -391,4 +391,13 @@ func groupDigits(n string) string {
 		return n
 	}
 	return groupThousands(n)
+}
+
+// pacedNote mentions the paced run when there was one: PACED_RATE=0 skips
+// it.
+func pacedNote(rate string) string {
+	if rate == "0" {
+		return ""
+	}
+	return fmt.Sprintf("; one more run at `rate: %s`", orUnknown(rate))
 }
