@@ -62,7 +62,7 @@ packages=(
 	systemd systemd-sysv udev dbus systemd-resolved systemd-timesyncd
 	linux-image-arm64 raspi-firmware firmware-brcm80211
 	openssh-server wpasupplicant iproute2 ca-certificates kmod
-	e2fsprogs fdisk dosfstools
+	e2fsprogs fdisk dosfstools device-tree-compiler
 )
 
 # Documentation, manual pages and translations are left out of the

@@ -99,6 +99,14 @@ DEFAULTS
 "$here/initramfs-once.sh" release "$root"
 kernel=$(find "$root/boot" -maxdepth 1 -name 'vmlinuz-*' -printf '%f\n' | sort -V | tail -1)
 in_root env DEB_MAINT_PARAMS=configure /etc/kernel/postinst.d/z50-raspi-firmware "${kernel#vmlinuz-}"
+# 1-Wire on GPIO 4, in the device trees raspi-firmware's hook copied,
+# and after every later copy: the kernel's and the initramfs's hooks run
+# in name order, so z60 comes after raspi-firmware's z50.
+for hooks in /etc/kernel/postinst.d /etc/initramfs/post-update.d; do
+	mkdir -p "$root$hooks"
+	ln -sf /usr/lib/fieldgate-image/w1-gpio-dtb "$root$hooks/z60-fieldgate-w1-gpio"
+done
+in_root /usr/lib/fieldgate-image/w1-gpio-dtb
 for f in config.txt cmdline.txt start4.elf bootcode.bin "$kernel"; do
 	[ -s "$root/boot/firmware/$f" ] || { echo "customize: /boot/firmware/$f is missing" >&2; exit 1; }
 done

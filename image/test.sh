@@ -35,7 +35,7 @@ smp=${QEMU_SMP:-2}
 name=fg-image-test
 host=fgtest
 
-for tool in qemu-system-aarch64 xz sfdisk mcopy mtype mdir ssh ssh-keygen mosquitto_sub mosquitto_pub; do
+for tool in qemu-system-aarch64 xz sfdisk mcopy mtype mdir fdtget ssh ssh-keygen mosquitto_sub mosquitto_pub; do
 	command -v "$tool" >/dev/null || { echo "image-test: $tool is missing (make image-packages)" >&2; exit 2; }
 done
 
@@ -87,8 +87,17 @@ mcopy -n -i "$bootfs" "::/$kernel" "$work/vmlinuz"
 mcopy -n -i "$bootfs" "::/$initrd" "$work/initrd.img"
 cmdline=$(mtype -i "$bootfs" ::/cmdline.txt | tr -d '\r\n')
 grep -q 'dtparam=i2c_arm=on' <(mtype -i "$bootfs" ::/config.txt) || fail "config.txt lacks dtparam=i2c_arm=on"
-grep -q 'dtoverlay=w1-gpio' <(mtype -i "$bootfs" ::/config.txt) || fail "config.txt lacks dtoverlay=w1-gpio"
-ok "config.txt enables I2C and 1-Wire; cmdline.txt: $cmdline"
+# 1-Wire: every Raspberry Pi device tree has a w1-gpio node on GPIO 4
+# whose gpios refer to the tree's own GPIO controller.
+dtbs=$(mdir -b -i "$bootfs" ::/ | sed -n 's|^::/\(bcm2[0-9]*-rpi-.*\.dtb\)$|\1|p')
+[ "$(grep -c . <<<"$dtbs")" -ge 8 ] || fail "fewer than 8 Raspberry Pi device trees on the boot partition: $dtbs"
+for dtb in $dtbs; do
+	mcopy -n -i "$bootfs" "::/$dtb" "$work/$dtb"
+	[ "$(fdtget "$work/$dtb" /onewire compatible 2>/dev/null)" = w1-gpio ] || fail "$dtb has no w1-gpio node"
+	want="$(fdtget -t u "$work/$dtb" /soc/gpio@7e200000 phandle) 4 0"
+	[ "$(fdtget -t u "$work/$dtb" /onewire gpios)" = "$want" ] || fail "$dtb: w1-gpio is not on GPIO 4 of /soc/gpio@7e200000"
+done
+ok "config.txt enables I2C; $(grep -c . <<<"$dtbs") device trees have 1-Wire on GPIO 4; cmdline.txt: $cmdline"
 # The Pi's consoles (tty0, the header's UART ttyS1) become virt's PL011.
 append="$(sed -E 's/(^| )console=[^ ]*//g' <<<"$cmdline") console=ttyAMA0,115200"
 
@@ -197,6 +206,8 @@ guest findmnt -n -o OPTIONS / | grep -q noatime || fail "/ is not mounted noatim
 guest findmnt -n -o SOURCE,FSTYPE /boot/firmware | grep -q vfat || fail "/boot/firmware is not mounted"
 guest getent group i2c gpio | grep -c . | grep -qx 2 || fail "the i2c and gpio groups are missing"
 guest test -d /var/log/journal || fail "the journal is not persistent"
+guest 'modinfo -n w1-gpio && modinfo -n w1_therm && test -x /etc/kernel/postinst.d/z60-fieldgate-w1-gpio && test -x /etc/initramfs/post-update.d/z60-fieldgate-w1-gpio' >/dev/null \
+	|| fail "the 1-Wire modules or the device-tree hooks are missing"
 guest grep -q -- '-security' /etc/apt/sources.list || fail "no security updates in the apt sources"
 ok "root grew to ${root_mib} MiB, mounted noatime; /boot/firmware mounted; groups i2c and gpio; persistent journal"
 
