@@ -153,6 +153,11 @@ bench-storage:
 bench-bridge:
 	cd scripts/bench && ./bench-bridge.sh
 
+## bench-footprint: release binary sizes, broker heap per connection and subscription (386 and amd64), RSS of the ARM binaries under qemu-user-static (scripts/bench; QUICK=1: a smoke run)
+.PHONY: bench-footprint
+bench-footprint:
+	cd scripts/bench && ./bench-footprint.sh
+
 ## fuzz: the matcher fuzz target for FUZZTIME (default 30s)
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzIndex -fuzztime=$(FUZZTIME) ./matcher

@@ -1,0 +1,20 @@
+// Package footprint is the logic behind cmd/footprint and
+// bench-footprint.sh, which measure what fieldgate costs a small board:
+// the size of the release binaries, the memory of an idle connection and
+// of a subscription (BenchmarkFootprint in gateway/broker, for 386 and
+// amd64), and the resident memory of the ARM binaries running the default
+// configuration under QEMU user-mode emulation.
+//
+// Watch follows one running gateway: it waits until the ops endpoint says
+// ready, subscribes to the readings, and once a second samples the
+// process's resident set from /proc and the gateway's own figures from
+// /metrics, writing one raw line per sample and one result line at the
+// end. Summarize turns the raw output of a whole run into the Markdown
+// section that docs/BENCHMARKS.md embeds.
+//
+// The raw output is line-oriented text: "key: value" header lines
+// (describe_machine in lib.sh), "size" and "deb" lines, Go benchmark lines
+// of BenchmarkFootprint after a "goarch:" line, and "sample" and "rss"
+// lines of space-separated key=value pairs; "# warn" lines report
+// problems, which the summary lists.
+package footprint
