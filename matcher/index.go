@@ -430,6 +430,10 @@ func (x *Index) Subscribe(h Handle, filter string, opts Options, id uint32) (rep
 	if h == NoHandle || h > MaxHandle {
 		return false, &Error{"filter", filter, -1, ErrNoHandle}
 	}
+	if opts.QoS() == listMark {
+		// Stored inline, it would read as a member list reference.
+		return false, &Error{"filter", filter, -1, ErrQoS}
+	}
 	inner, shared := innerFilter(filter)
 	if shared && opts&NoLocal != 0 {
 		return false, &Error{"filter", filter, -1, ErrShareNoLocal}

@@ -42,6 +42,9 @@ var (
 	// ErrNoHandle reports a subscription for NoHandle, which names no
 	// session, or for a handle above MaxHandle.
 	ErrNoHandle = errors.New("the session handle must be from 1 to MaxHandle (67108863)")
+	// ErrQoS reports subscription options granting QoS 3, which MQTT
+	// reserves (5.0 §3.8.3.1).
+	ErrQoS = errors.New("the subscription options must grant QoS 0, 1 or 2")
 )
 
 // Error says what is wrong with a topic name or filter and where.
