@@ -57,9 +57,12 @@ func (c *conn) checkConnect(pk *packets.Packet) (byte, string) {
 	cp := &pk.Connect
 	name := string(cp.ProtocolName)
 	switch {
-	case name != "MQTT" && name != "MQIsdp":
-		return rcProtocolError, "protocol name is not MQTT" // [MQTT-3.1.2-1]
+	case name != "MQTT" && name != "MQIsdp" && !c.v5:
+		// [MQTT-3.1.2-1]: 3.1.1 has no code for it; the connection closes.
+		return rcProtocolError, "protocol name is not MQTT"
 	case name != "MQTT" || (pk.ProtocolVersion != 4 && pk.ProtocolVersion != 5):
+		// A 5.0 level with another name ([MQTT-3.1.2-1]), MQIsdp (3.1) or
+		// another level: 0x84 tells the client which assumption failed.
 		return rcUnsupportedVersion, "only MQTT 3.1.1 and 5.0 are served" // [MQTT-3.1.2-2]
 	case pk.ReservedBit != 0:
 		return rcMalformed, "reserved flag set in CONNECT" // [MQTT-3.1.2-3]
