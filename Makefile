@@ -24,10 +24,16 @@ FUZZTIME ?= 30s
 # Every decoder's fuzz target, as PACKAGE:TARGET. make test runs each for
 # TEST_FUZZTIME, make soak for SOAK_FUZZTIME.
 FUZZ_TARGETS := \
-	./matcher:FuzzIndex ./matcher:FuzzValidate \
-	./gateway/broker:FuzzConnReader ./storage:FuzzDecode
-TEST_FUZZTIME ?= 8s
-SOAK_FUZZTIME ?= 60s
+	./matcher:FuzzIndex ./matcher:FuzzValidate ./matcher:FuzzSubscribeOptions \
+	./gateway/broker:FuzzConnReader ./gateway/broker:FuzzStoredMessage ./gateway/broker:FuzzRestore \
+	./gateway/broker/auth:FuzzPasswordFile ./gateway/broker/auth:FuzzACL \
+	./gateway/bridge:FuzzClientStream ./gateway/bridge:FuzzTemplate \
+	./gateway/config:FuzzParse ./gateway/ops:FuzzRequest \
+	./storage:FuzzDecode ./storage:FuzzStateFile \
+	./sensors:FuzzW1Slave ./sensors:FuzzCommand ./sensors:FuzzSHTWords ./sensors:FuzzI2CDevices \
+	./cmd/fieldgate:FuzzReadPassword
+TEST_FUZZTIME ?= 5s
+SOAK_FUZZTIME ?= 30s
 # Kill cycles of `make soak`; make test runs the reliability suite's short
 # lengths, and make soak the full ones (FIELDGATE_SOAK=1).
 SOAK_KILLS ?= 100
@@ -110,7 +116,7 @@ fuzz-all:
 	@failed=0; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; log=$$(mktemp); \
 		echo "== $$pkg $$name for $(FUZZTIME)"; rc=0; \
-		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg >$$log 2>&1 || rc=$$?; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg >$$log 2>&1 || rc=$$?; \
 		tail -3 $$log; \
 		if [ -n "$(FUZZ_OUT)" ]; then $(GO) run ./scripts/relreport fuzz -dir "$(FUZZ_OUT)" -target "$${pkg#./} $$name" -log $$log -rc $$rc; fi; \
 		if [ $$rc -ne 0 ]; then failed=$$((failed + 1)); cat $$log; fi; \
