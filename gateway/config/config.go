@@ -361,9 +361,9 @@ func Default() *Config {
 			// for dashboards while keeping one client from growing the
 			// index's shape count, which every publish pays for.
 			MaxSubscriptions: 100,
-			// 1 MiB per client holds thousands of sensor readings. Queued
-			// messages share their bytes with every other subscriber, so
-			// the budget counts more than the client really pins.
+			// 1 MiB per client holds thousands of sensor readings. A
+			// message counts its topic and payload twice plus 256 bytes:
+			// what it pins when this client is its only holder.
 			MaxQueuedBytes:  1 << 20,
 			InflightTimeout: 2 * time.Minute,
 			// Reads are sized for a typical sensor PUBLISH; larger packets
