@@ -107,11 +107,24 @@ type patientListener struct {
 	net.Listener
 }
 
+// sendBuffer caps the kernel's send buffer of every accepted connection.
+// Left alone, Linux grows it towards net.ipv4.tcp_wmem's maximum (4 MiB on
+// most systems) for a client that reads slowly, so a slow QoS 0 subscriber
+// could pin megabytes outside every budget the broker keeps. 64 KiB, which
+// the kernel doubles for its bookkeeping, keeps a LAN link busy.
+const sendBuffer = 64 << 10
+
 func (l *patientListener) Accept() (net.Conn, error) {
 	delay := 5 * time.Millisecond
 	for {
 		c, err := l.Listener.Accept()
-		if err == nil || errors.Is(err, net.ErrClosed) {
+		if err == nil {
+			if w, ok := c.(interface{ SetWriteBuffer(int) error }); ok {
+				_ = w.SetWriteBuffer(sendBuffer)
+			}
+			return c, nil
+		}
+		if errors.Is(err, net.ErrClosed) {
 			return c, err
 		}
 		// Anything else (EMFILE, ENFILE, ENOBUFS, ECONNABORTED) passes.

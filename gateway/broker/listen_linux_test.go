@@ -1,0 +1,56 @@
+package broker
+
+import (
+	"net"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestAcceptCapsSendBuffer: an accepted connection's kernel send buffer
+// is capped, so a slow reader cannot pin megabytes outside the budgets.
+func TestAcceptCapsSendBuffer(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		addr := "127.0.0.1:0"
+		if network == "unix" {
+			addr = t.TempDir() + "/s"
+		}
+		nl, err := net.Listen(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &patientListener{Listener: nl}
+		dialed := make(chan net.Conn, 1)
+		go func() {
+			c, err := net.Dial(network, nl.Addr().String())
+			if err != nil {
+				t.Error(err)
+			}
+			dialed <- c
+		}()
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := c.(syscall.Conn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var size int
+		var serr error
+		if err := raw.Control(func(fd uintptr) { size, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil || serr != nil {
+			t.Fatal(err, serr)
+		}
+		// Linux reports twice what was set; setting it also ends the
+		// kernel's growing of the buffer.
+		if size != 2*sendBuffer {
+			t.Errorf("%s: SO_SNDBUF is %d, want %d", network, size, 2*sendBuffer)
+		}
+		c.Close()
+		if d := <-dialed; d != nil {
+			d.Close()
+		}
+		nl.Close()
+	}
+}
