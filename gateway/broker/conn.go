@@ -458,11 +458,14 @@ func (c *conn) readPacket(maxSize int) (packets.FixedHeader, []byte, error) {
 		return fh, nil, failure(rcMalformed, "bad fixed header flags 0x%02X", hb)
 	}
 	n, lenBytes, err := readLength(r)
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return fh, nil, io.ErrUnexpectedEOF
-		}
+	switch {
+	case errors.Is(err, io.EOF):
+		return fh, nil, io.ErrUnexpectedEOF
+	case errors.Is(err, errLengthTooLong):
 		return fh, nil, failure(rcMalformed, "bad remaining length")
+	case err != nil:
+		// A reset or a deadline: the connection failed, not the packet.
+		return fh, nil, err
 	}
 	if 1+lenBytes+n > maxSize {
 		// [MQTT-3.2.2-15]: a packet above the Maximum Packet Size we
@@ -498,8 +501,12 @@ func readLength(r io.ByteReader) (n, size int, err error) {
 		}
 		mult *= 128
 	}
-	return 0, size, errors.New("remaining length longer than four bytes")
+	return 0, size, errLengthTooLong
 }
+
+// errLengthTooLong is a remaining length with a fifth byte: a malformed
+// packet, where any other error of readLength is the connection's.
+var errLengthTooLong = errors.New("remaining length longer than four bytes")
 
 // bodyChunk is the most a packet body gets before its bytes arrive: a
 // client announcing a large packet and sending it slowly (or never) pins
