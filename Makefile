@@ -33,7 +33,7 @@ FUZZ_TARGETS := \
 	./sensors:FuzzW1Slave ./sensors:FuzzCommand ./sensors:FuzzSHTWords ./sensors:FuzzI2CDevices \
 	./cmd/fieldgate:FuzzReadPassword
 TEST_FUZZTIME ?= 5s
-SOAK_FUZZTIME ?= 30s
+SOAK_FUZZTIME ?= 20s
 # Kill cycles of `make soak`; make test runs the reliability suite's short
 # lengths, and make soak the full ones (FIELDGATE_SOAK=1).
 SOAK_KILLS ?= 100

@@ -327,8 +327,9 @@ targets next to the decoders they exercise, and `+"`scripts/relreport`"+`
 (this report).
 
 - `+"`make soak`"+`: every case at full length (100 kills, a 10-minute outage,
-  5-minute slow-consumer and churn runs, 10,000 clients at once, 5 minutes
-  per fuzz target), then this report. About an hour.
+  5-minute slow-consumer and churn runs, 10,000 clients at once, then
+  every fuzz target for `+"`SOAK_FUZZTIME`"+` (20 s), then this report.
+  About an hour.
 - `+"`make test`"+` runs the same cases at a short length (step
   `+"`test-reliability`"+`) and prints the summary table; it does not write
   this file.
