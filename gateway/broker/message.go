@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -51,17 +52,18 @@ func newMessage(topic string, payload []byte, qos byte, retain bool, props *pack
 	return m
 }
 
-// messageOverhead is what a queued message pins beyond its bytes: the
-// message itself with its wire cache, the packet it arrived in and the
-// queue entry, measured on amd64 with a slow subscriber as the only holder.
-const messageOverhead = 256
+// queuedCost is what a message of n topic and payload bytes counts
+// against a client's or session's byte budget (config.QueuedCost): what it
+// pins when the subscriber is its only holder, so a budget bounds real
+// memory; a message shared with other subscribers pins less.
+func queuedCost(n int) int { return config.QueuedCost(n) }
 
-// queuedCost is what a message of n topic and payload bytes counts against
-// a client's or session's byte budget: the bytes twice (as received, and
-// encoded for the subscriber) and messageOverhead. That is what it pins
-// when the subscriber is its only holder, so a budget bounds real memory;
-// a message shared with other subscribers pins less.
-func queuedCost(n int) int { return 2*n + messageOverhead }
+// storedSize estimates what the message's record costs in the state file,
+// for the budget of all sessions together (storage.max_queued_bytes),
+// which counts bytes on disk: its bytes once and 64 for the record.
+func (m *message) storedSize() int {
+	return (m.size-config.QueuedCost(0))/2 + 64
+}
 
 // passThrough keeps the PUBLISH properties a receiver must get unchanged
 // [MQTT-3.3.2-15] to [MQTT-3.3.2-20]: payload format, content type, response

@@ -284,6 +284,12 @@ type BridgeTLS struct {
 	ServerName string `yaml:"server_name"` // the name to verify, when it is not the address's host
 }
 
+// QueuedCost is what a message of n topic, payload and property bytes
+// counts against broker.max_queued_bytes: the bytes twice (as received,
+// and encoded for the subscriber) and 256 bytes for the message and its
+// queue entry, what it pins when one subscriber is its only holder.
+func QueuedCost(n int) int { return 2*n + 256 }
+
 // Route classes: what an out-route's messages do when the outbox is full.
 const (
 	ClassTelemetry = "telemetry" // the oldest are dropped to make room

@@ -422,11 +422,11 @@ func (k *checker) broker(b Broker) {
 	k.intRange("broker.max_subscriptions", b.MaxSubscriptions, 1, 1<<20, "100")
 	k.intRange("broker.read_buffer", b.ReadBuffer, 64, 1<<20, "1024")
 	k.intRange("broker.write_buffer", b.WriteBuffer, 64, 1<<20, "4096")
-	if n := b.MaxQueuedBytes; n < b.MaxPacketSize {
+	if n := b.MaxQueuedBytes; n < QueuedCost(b.MaxPacketSize) {
 		if k.either("broker.max_queued_bytes", "broker.max_packet_size") == "broker.max_queued_bytes" {
-			k.fail("broker.max_queued_bytes", "%d is smaller than broker.max_packet_size (%d); a client could not receive one largest packet; use at least that, such as %d", n, b.MaxPacketSize, 1<<20)
+			k.fail("broker.max_queued_bytes", "%d is too small for broker.max_packet_size (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at least %d, such as %d", n, b.MaxPacketSize, QueuedCost(b.MaxPacketSize), max(1<<20, QueuedCost(b.MaxPacketSize)))
 		} else {
-			k.fail("broker.max_packet_size", "%d is more than broker.max_queued_bytes (%d); a client could not receive one largest packet; use at most that, or raise broker.max_queued_bytes", b.MaxPacketSize, n)
+			k.fail("broker.max_packet_size", "%d is too large for broker.max_queued_bytes (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at most %d, or raise broker.max_queued_bytes", b.MaxPacketSize, n, max(0, (n-256)/2))
 		}
 	}
 	if d := b.MaxSessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
