@@ -171,6 +171,12 @@ func (b *Broker) restore() error {
 				s.pendingB += m.size
 			}
 		}
+		if over := s.pendingB - b.opts.MaxQueuedBytes; over > 0 {
+			// Acknowledged messages are never dropped for a budget
+			// that changed while they waited.
+			s.grace = over
+			b.log.Info("restored queue is over its budget; kept, new messages wait for room", "client", s.id, "bytes", s.pendingB, "budget", b.opts.MaxQueuedBytes)
+		}
 		b.sessions[s.id] = s
 		return nil
 	})

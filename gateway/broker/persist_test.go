@@ -382,3 +382,39 @@ func TestRetainedHeapPerMessage(t *testing.T) {
 		t.Fatalf("%d retained messages stored, want %d", got, n)
 	}
 }
+
+// TestPersistBudgetLoweredAcrossRestart: messages queued under a larger
+// budget than the one in force after a restart are all kept; with
+// drop_oldest a new message replaces one old one, not the excess.
+func TestPersistBudgetLoweredAcrossRestart(t *testing.T) {
+	sb := newStoredBroker(t, func(o *Options) { o.MaxQueuedBytes = 64 << 10 })
+	sub, _ := connectRaw(t, sb.addr, 5, "lowered", true, v5Expiry(3600))
+	sub.subscribe(1, packets.Subscription{Filter: "l/#", Qos: 1})
+	sub.disconnect(0)
+	v5WaitOffline(t, sb.tb.Broker, "lowered")
+	pub, _ := connectRaw(t, sb.addr, 5, "lowerer", true, nil)
+	pad := string(make([]byte, 1000))
+	const queued = 20 // about 2.3 KB each against the budget: 46 KB
+	for i := range queued {
+		pub.publish(rawPublish("l/t", fmt.Sprintf("%02d%s", i, pad), 1, false, uint16(i+1)))
+	}
+	sb.edit = func(o *Options) { o.MaxQueuedBytes = 16 << 10 }
+	sb.restart()
+	pub, _ = connectRaw(t, sb.addr, 5, "lowerer", true, nil)
+	pub.publish(rawPublish("l/t", "NN"+pad, 1, false, 1))
+	c, _ := connectRaw(t, sb.addr, 5, "lowered", false, v5Expiry(3600))
+	var got []string
+	for {
+		pk, err := c.recv(500 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if pk.FixedHeader.Type == packets.Publish {
+			got = append(got, string(pk.Payload[:2]))
+			c.ackPublish(pk)
+		}
+	}
+	if len(got) != queued || got[0] != "01" || got[len(got)-1] != "NN" {
+		t.Fatalf("got %d messages %v; want the %d restored ones but the oldest, then NN", len(got), got, queued)
+	}
+}

@@ -27,8 +27,13 @@ type session struct {
 	inflight []*flight               // QoS 1/2 sent and not yet completed, in send order
 	pending  []delivery              // QoS 1/2 waiting for window room or for the client to return
 	pendingB int                     // bytes of pending
-	nextPID  uint16
-	nextSeq  uint64 // orders a persistent session's stored queue
+	// grace is how far the pending messages restored at start exceed
+	// broker.max_queued_bytes (a budget lowered, or counted differently,
+	// since they were queued): they are kept, and only new messages wait
+	// for room, until delivery brings the queue back under its budget.
+	grace   int
+	nextPID uint16
+	nextSeq uint64 // orders a persistent session's stored queue
 	// awaitingRel holds the packet identifiers of QoS 2 PUBLISHes received
 	// and routed, whose PUBREL has not come yet [MQTT-4.3.3-10].
 	awaitingRel map[uint16]struct{}
@@ -137,7 +142,7 @@ func (s *session) deliverLocked(b *Broker, d delivery, fx *effects) {
 	if s.conn == nil && s.expiry == 0 {
 		return
 	}
-	if s.pendingB+d.msg.size > b.opts.MaxQueuedBytes {
+	if s.pendingB+d.msg.size > s.budget(b) {
 		b.stats.dropped.Add(1)
 		b.logDrop(s.id, "queue full")
 		return
@@ -203,7 +208,7 @@ func (s *session) sendStored(b *Broker, d delivery, fx *effects) *flight {
 // deliverStored queues a QoS 1/2 delivery to a persistent session, in
 // storage as part of fx and in memory. The caller holds s.mu.
 func (s *session) deliverStored(b *Broker, d delivery, fx *effects) {
-	if !s.makeRoom(b, d.msg.size, fx) {
+	if !s.makeRoom(b, d.msg, fx) {
 		fx.refused = true
 		return
 	}
@@ -225,10 +230,10 @@ func (s *session) deliverStored(b *Broker, d delivery, fx *effects) {
 // together (storage.max_queued_bytes). With drop_oldest it drops the
 // oldest waiting QoS 1 messages to fit; with refuse, or with nothing
 // droppable, it turns the new one away. The caller holds s.mu.
-func (s *session) makeRoom(b *Broker, size int, fx *effects) bool {
+func (s *session) makeRoom(b *Broker, m *message, fx *effects) bool {
 	over := func() bool {
-		return s.pendingB+size > b.opts.MaxQueuedBytes ||
-			b.store.QueuedBytes()+int64(fx.batch.Bytes()+size) > b.opts.MaxStoredBytes
+		return s.pendingB+m.size > s.budget(b) ||
+			b.store.QueuedBytes()+int64(fx.batch.Bytes()+m.storedSize()) > b.opts.MaxStoredBytes
 	}
 	for over() {
 		i := -1
@@ -253,6 +258,20 @@ func (s *session) makeRoom(b *Broker, size int, fx *effects) bool {
 		b.logDrop(s.id, "queue full: oldest QoS 1 message dropped")
 	}
 	return true
+}
+
+// budget is the session's byte budget for pending messages: its
+// client's, plus what was restored beyond it. The caller holds s.mu.
+func (s *session) budget(b *Broker) int { return b.opts.MaxQueuedBytes + s.grace }
+
+// shrinkGrace lowers the grace as delivery empties the queue, so that it
+// never again admits more than the budget; a message dropped to make room
+// leaves it as it is, so that one new message replaces one old one rather
+// than emptying the queue. The caller holds s.mu.
+func (s *session) shrinkGrace(b *Broker) {
+	if s.grace > 0 {
+		s.grace = min(s.grace, max(0, s.pendingB-b.opts.MaxQueuedBytes))
+	}
 }
 
 // fill moves pending messages into the window while there is room,
@@ -283,6 +302,7 @@ func (s *session) fill() {
 		d := s.pending[n]
 		s.pending[n] = delivery{}
 		s.pendingB -= d.msg.size
+		s.shrinkGrace(s.b)
 		n++
 		if !stored {
 			if !d.msg.expired(now) {
