@@ -122,8 +122,10 @@ func (l *patientListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			if w, ok := c.(interface{ SetWriteBuffer(int) error }); ok {
-				_ = w.SetWriteBuffer(sendBuffer)
+			// TCP only: a unix socket's buffer is fixed (208 KiB by
+			// default) and setting it would raise it.
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetWriteBuffer(sendBuffer)
 			}
 			return c, nil
 		}
