@@ -117,7 +117,8 @@ func (d *decoder) value(path string, n *yaml.Node, v reflect.Value) {
 		// would become 1.
 		fraction := n.ShortTag() == "!!float" && (n.Decode(&f) != nil || f != math.Trunc(f))
 		if err := n.Decode(&i); err != nil || fraction || v.OverflowInt(i) {
-			if wholeText.MatchString(n.Value) {
+			// A quoted "64" is text, not a number out of range.
+			if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 && wholeText.MatchString(n.Value) {
 				d.badValue(path, n.Line, "%s is out of range; a whole number here is from %d to %d", n.Value, math.MinInt, math.MaxInt)
 				return
 			}
