@@ -106,7 +106,7 @@ for hooks in /etc/kernel/postinst.d /etc/initramfs/post-update.d; do
 	mkdir -p "$root$hooks"
 	ln -sf /usr/lib/fieldgate-image/w1-gpio-dtb "$root$hooks/z60-fieldgate-w1-gpio"
 done
-in_root /usr/lib/fieldgate-image/w1-gpio-dtb
+in_root /usr/lib/fieldgate-image/w1-gpio-dtb --strict
 for f in config.txt cmdline.txt start4.elf bootcode.bin "$kernel"; do
 	[ -s "$root/boot/firmware/$f" ] || { echo "customize: /boot/firmware/$f is missing" >&2; exit 1; }
 done
