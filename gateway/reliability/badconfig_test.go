@@ -529,9 +529,9 @@ func TestBadConfig(t *testing.T) {
 			case r.code != 1:
 				rec.Fail("run, %s: exit status %d", c.name, r.code)
 				t.Errorf("fieldgate run: exit status %d, want 1\n%s", r.code, r.stderr)
-			case !strings.Contains(logged, c.key) || !strings.Contains(logged, cdir):
-				rec.Fail("run, %s: the error does not name %s and the file", c.name, c.key)
-				t.Errorf("fieldgate run's error %q does not name %s and the file in %s\n%s", logged, c.key, cdir, r.stderr)
+			case !badconfigPlaced(logged, path, strings.ReplaceAll(badconfigFileHead+c.yaml, "DIR", cdir), c.key):
+				rec.Fail("run, %s: the error does not name the file, the line and %s", c.name, c.key)
+				t.Errorf("fieldgate run's error %q does not say %s:LINE: ...%s: with the line of %s\n%s", logged, path, c.key, c.key, r.stderr)
 			default:
 				filesRefused++
 			}
@@ -627,4 +627,23 @@ func badconfigCert(t *testing.T, dir string) {
 	}
 	badconfigWrite(t, filepath.Join(dir, "server.pem"), string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 	badconfigWrite(t, filepath.Join(dir, "server.key"), string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})))
+}
+
+// badconfigPlaced reports whether a run error names the file at the line
+// where the key's last part is written in text, followed by the key path
+// ending in key.
+func badconfigPlaced(logged, path, text, key string) bool {
+	last := key[strings.LastIndexByte(key, '.')+1:]
+	for i, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, last+":") {
+			at := fmt.Sprintf("%s:%d: ", path, i+1)
+			_, rest, ok := strings.Cut(logged, at)
+			if !ok {
+				return false
+			}
+			name, _, _ := strings.Cut(rest, ": ")
+			return strings.HasSuffix(name, key)
+		}
+	}
+	return false
 }

@@ -37,9 +37,8 @@ const (
 	// slowReadEvery paces the slow subscribers at 10 messages a second;
 	// slowReceiveMax keeps their QoS 1 window small and slowRecvBuf their
 	// socket's receive buffer, so that what they cannot take waits in the
-	// gateway, under its budgets. (The gateway's socket send buffer, which
-	// the kernel grows up to net.ipv4.tcp_wmem's maximum, still takes
-	// megabytes of QoS 0 messages beyond the budget.)
+	// gateway, under its budgets (the gateway caps its sockets' send
+	// buffers, so the kernel holds little beyond them).
 	slowReadEvery  = 100 * time.Millisecond
 	slowReceiveMax = 10
 	slowRecvBuf    = 4 << 10
@@ -50,15 +49,15 @@ const (
 	slowClientBudget = 1 << 20
 	slowStoreBudget  = 4 << 20
 	// slowCounted is what the broker counts against a budget for one of
-	// these messages: topic, payload and 64 bytes.
-	slowCounted = int64(len(slowTopic) + 1 + slowPayload + 64)
+	// these messages: topic and payload twice, and 256 bytes.
+	slowCounted = int64(2*(len(slowTopic)+1+slowPayload) + 256)
 	// slowPinned is the memory a queued message pins for each byte its
-	// budget counts (582 here), once the slow subscriber is the only one
+	// budget counts (1,292 here), once the slow subscriber is the only one
 	// still holding it: the PUBLISH body it was read into (576 bytes, its
 	// size class), the encoded PUBLISH cached for the subscribers that
 	// keep up (576), the message itself (192) and the queue's entry (48),
 	// about 1,400 bytes.
-	slowPinned = 2.5
+	slowPinned = 1.1
 	// slowOverhead covers what the queues' accounting leaves out: the
 	// heap's overhead at this size (spans partly used, pages freed and
 	// not yet returned to the kernel), bbolt's buffers and the stacks;
