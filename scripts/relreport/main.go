@@ -4,7 +4,8 @@
 // was measured in one run, by the commands that measured it.
 //
 //	relreport fuzz -dir DIR -target 'PKG FUZZNAME' -log FILE -rc N
-//	relreport write -dir DIR -out docs/RELIABILITY.md [-summary]
+//	relreport fail -dir DIR -case NAME -detail TEXT
+//	relreport write -dir DIR -out docs/RELIABILITY.md [-summary] [-require SUITES]
 package main
 
 import (
@@ -35,8 +36,10 @@ func main() {
 		err = fuzzCmd(os.Args[2:])
 	case "write":
 		err = writeCmd(os.Args[2:])
+	case "fail":
+		err = failCmd(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q; use fuzz or write", os.Args[1])
+		err = fmt.Errorf("unknown command %q; use fuzz, fail or write", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "relreport:", err)
@@ -116,6 +119,36 @@ func fuzzCmd(args []string) error {
 	return os.WriteFile(filepath.Join(*dir, name), append(b, '\n'), 0o644)
 }
 
+// failCmd records a failure that left no record of its own, such as the
+// test binary failing to build or timing out, so that the report cannot
+// pass over it.
+func failCmd(args []string) error {
+	fs := flag.NewFlagSet("fail", flag.ContinueOnError)
+	dir := fs.String("dir", "", "directory of the records")
+	name := fs.String("case", "", "what failed, such as 'go test ./gateway/reliability'")
+	detail := fs.String("detail", "", "why, and where the log is")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" || *name == "" {
+		return fmt.Errorf("fail: -dir and -case are required")
+	}
+	res := relrecord.Result{Suite: "run", Case: *name, Pass: false, Failure: *detail, Test: *name,
+		Finished: time.Now().UTC().Format(time.RFC3339), Mode: "short"}
+	if relrecord.Soak() {
+		res.Mode = "soak"
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	file := "run--" + strings.NewReplacer(" ", "_", "/", "_").Replace(*name) + ".json"
+	return os.WriteFile(filepath.Join(*dir, file), append(b, '\n'), 0o644)
+}
+
 // suites lists the report's sections in order, each with what it checks
 // and the target it holds the gateway to.
 var suites = []struct{ id, title, what string }{
@@ -141,6 +174,11 @@ func writeCmd(args []string) error {
 	out := fs.String("out", "", "the Markdown file to write; - for standard output")
 	summary := fs.Bool("summary", false, "only the summary table")
 	command := fs.String("command", "make soak", "the command that produced the records")
+	var all []string
+	for _, s := range suites {
+		all = append(all, s.id)
+	}
+	require := fs.String("require", strings.Join(all, ","), "suites that must have records, comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -174,10 +212,21 @@ func writeCmd(args []string) error {
 			return err
 		}
 	}
-	for _, r := range recs {
-		if !r.Pass {
-			return fmt.Errorf("%d of %d cases failed", failed(recs), len(recs))
+	var missing []string
+	for _, id := range strings.Split(*require, ",") {
+		found := false
+		for _, r := range recs {
+			found = found || r.Suite == id
 		}
+		if id != "" && !found {
+			missing = append(missing, id)
+		}
+	}
+	switch {
+	case failed(recs) > 0:
+		return fmt.Errorf("%d of %d cases failed", failed(recs), len(recs))
+	case len(missing) > 0:
+		return fmt.Errorf("no records of %s: those suites did not run", strings.Join(missing, ", "))
 	}
 	return nil
 }

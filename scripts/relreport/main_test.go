@@ -75,4 +75,26 @@ func TestWrite(t *testing.T) {
 	if err := writeCmd([]string{"-dir", t.TempDir(), "-out", outPath}); err == nil {
 		t.Error("no records: no error")
 	}
+
+	// Every case passed, but a required suite left no record.
+	okDir := t.TempDir()
+	rb, _ := json.Marshal(relrecord.Result{Suite: "crash", Case: "qos1", Pass: true})
+	if err := os.WriteFile(filepath.Join(okDir, "c.json"), rb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = writeCmd([]string{"-dir", okDir, "-out", outPath, "-require", "crash,malformed"})
+	if err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Errorf("a required suite without records: err %v", err)
+	}
+	if err := writeCmd([]string{"-dir", okDir, "-out", outPath, "-require", "crash"}); err != nil {
+		t.Errorf("every required suite present: %v", err)
+	}
+	// A failure without a record of its own.
+	if err := failCmd([]string{"-dir", okDir, "-case", "go test ./x", "-detail", "exit status 2"}); err != nil {
+		t.Fatal(err)
+	}
+	err = writeCmd([]string{"-dir", okDir, "-out", outPath, "-require", "crash"})
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 cases failed") {
+		t.Errorf("a recorded run failure: err %v", err)
+	}
 }
