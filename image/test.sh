@@ -89,7 +89,7 @@ cmdline=$(mtype -i "$bootfs" ::/cmdline.txt | tr -d '\r\n')
 grep -q 'dtparam=i2c_arm=on' <(mtype -i "$bootfs" ::/config.txt) || fail "config.txt lacks dtparam=i2c_arm=on"
 # 1-Wire: every Raspberry Pi device tree has a w1-gpio node on GPIO 4
 # whose gpios refer to the tree's own GPIO controller.
-dtbs=$(mdir -b -i "$bootfs" ::/ | sed -n 's|^::/\(bcm2\(711\|837\|710\)-rpi-.*\.dtb\)$|\1|p')
+dtbs=$(mdir -b -i "$bootfs" ::/ | sed -n 's#^::/\(bcm2\(711\|837\|710\)-rpi-.*\.dtb\)$#\1#p')
 [ "$(grep -c . <<<"$dtbs")" -ge 8 ] || fail "fewer than 8 Raspberry Pi device trees on the boot partition: $dtbs"
 for dtb in $dtbs; do
 	mcopy -n -i "$bootfs" "::/$dtb" "$work/$dtb"
