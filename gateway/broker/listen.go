@@ -107,25 +107,13 @@ type patientListener struct {
 	net.Listener
 }
 
-// sendBuffer caps the kernel's send buffer of every accepted connection.
-// Left alone, Linux grows it towards net.ipv4.tcp_wmem's maximum (4 MiB on
-// most systems) for a client that reads slowly, so a slow QoS 0 subscriber
-// could pin megabytes outside every budget the broker keeps. The kernel
-// doubles the value for its bookkeeping and clamps it to
-// net.core.wmem_max (208 KiB by default), so a connection holds at most
-// about 416 KiB there. 64 KiB cost a third of the QoS 0 throughput of ten
-// saturating subscribers on loopback; 256 KiB cost none measurable.
-const sendBuffer = 256 << 10
-
 func (l *patientListener) Accept() (net.Conn, error) {
 	delay := 5 * time.Millisecond
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			// TCP only: a unix socket's buffer is fixed (208 KiB by
-			// default) and setting it would raise it.
 			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetWriteBuffer(sendBuffer)
+				limitUnsent(tc)
 			}
 			return c, nil
 		}
