@@ -94,7 +94,7 @@ var badconfigCases = []badconfigCase{
 	{name: "broker session budget above the store's", yaml: badconfigYAML("broker:", "  allow_anonymous: true", "  max_queued_bytes: 999999999999"),
 		line: 3, key: "broker.max_queued_bytes", hint: "use at most that, or raise storage.max_queued_bytes"},
 	{name: "broker packet above the session budget", yaml: badconfigYAML("broker:", "  allow_anonymous: true", "  max_packet_size: 2000000"),
-		line: 3, key: "broker.max_packet_size", hint: "use at most that, or raise broker.max_queued_bytes"},
+		line: 3, key: "broker.max_packet_size", hint: "use at most 524160, or raise broker.max_queued_bytes"},
 	{name: "broker receive maximum zero", yaml: badconfigYAML("broker:", "  receive_maximum: 0"),
 		line: 2, key: "broker.receive_maximum", hint: "use 1 to 65535"},
 	{name: "broker session expiry negative", yaml: badconfigYAML("broker:", "  max_session_expiry: -1h"),
