@@ -13,7 +13,7 @@ import (
 // invariants (every record decodes, every subscription, queued message and
 // awaiting identifier belongs to a stored session, in-flight packet
 // identifiers are unique per session, every outbox is a bucket of entries
-// keyed by a sequence from 1). It returns every problem found;
+// keyed by a sequence from 1, every QoS 2 flight record decodes). It returns every problem found;
 // none means the file is sound.
 func (db *DB) Check() []string {
 	var problems []string
@@ -144,6 +144,18 @@ func (db *DB) Check() []string {
 						if _, _, _, ok := splitOutbox(v); !ok {
 							add("outbox %q: record of sequence %d does not decode", bridge, binary.BigEndian.Uint64(k))
 						}
+					}
+					return nil
+				})
+			})
+			each(bucketUpflight, func(bridge, v []byte) error {
+				if v != nil {
+					add("upflight: key %q is a record, want a bridge's bucket", bridge)
+					return nil
+				}
+				return tx.Bucket(bucketUpflight).Bucket(bridge).ForEach(func(k, v []byte) error {
+					if _, ok := decodeUpflight(k, v); !ok {
+						add("upflight %q: record under key %q does not decode", bridge, k)
 					}
 					return nil
 				})

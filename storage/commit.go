@@ -32,6 +32,7 @@ const (
 	opOutboxPut   // put into the bucket sub of the outbox bucket, creating it
 	opOutboxDelete
 	opOutboxDrop // delete the bucket sub of the outbox bucket
+	opOutboxOpen // create the bucket sub of bucket if it is not there
 )
 
 type op struct {
@@ -173,7 +174,7 @@ func (b *Batch) validate() error {
 			if len(o.key) == 0 || len(o.key) > bolt.MaxKeySize {
 				return fmt.Errorf("%w: %s key of %d bytes, bbolt takes 1 to %d", ErrInvalidWrite, o.bucket, len(o.key), bolt.MaxKeySize)
 			}
-		case opOutboxPut, opOutboxDelete, opOutboxDrop:
+		case opOutboxPut, opOutboxDelete, opOutboxDrop, opOutboxOpen:
 			// An empty name is a caller's bug whichever the write; bbolt
 			// would refuse to create its bucket.
 			if len(o.sub) == 0 || len(o.sub) > bolt.MaxKeySize {
@@ -424,6 +425,14 @@ func applyOp(tx *bolt.Tx, o *op) (int64, error) {
 			}
 		}
 		return 0, err
+	case opOutboxOpen:
+		_, err := bk.CreateBucketIfNotExists(o.sub)
+		if errors.Is(err, berrors.ErrIncompatibleValue) {
+			if err = bk.Delete(o.sub); err == nil {
+				_, err = bk.CreateBucket(o.sub)
+			}
+		}
+		return 0, err
 	case opOutboxDelete:
 		nb := bk.Bucket(o.sub)
 		if nb == nil {
@@ -436,8 +445,16 @@ func applyOp(tx *bolt.Tx, o *op) (int64, error) {
 			// decode: deleting it is what the bridge asked for.
 			err = nb.DeleteBucket(o.key)
 		}
+		if err == nil && bytes.Equal(o.bucket, bucketOutbox) {
+			err = deleteUpflight(tx, o.sub, o.key)
+		}
 		return 0, err
 	case opOutboxDrop:
+		if bytes.Equal(o.bucket, bucketOutbox) {
+			if err := dropUpflight(tx, o.sub); err != nil {
+				return 0, err
+			}
+		}
 		err := bk.DeleteBucket(o.sub)
 		switch {
 		case errors.Is(err, berrors.ErrBucketNotFound):

@@ -28,15 +28,16 @@ var (
 	bucketQueue    = []byte("queue")    // client id, 0, sequence → queue record
 	bucketRel      = []byte("rel")      // client id, 0, packet id → empty
 	bucketOutbox   = []byte("outbox")   // bridge name → bucket: sequence → outbox record
+	bucketUpflight = []byte("upflight") // bridge name → bucket: sequence → QoS 2 flight record
 
-	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel, bucketOutbox}
+	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel, bucketOutbox, bucketUpflight}
 
 	keySchema = []byte("schema")
 )
 
 // SchemaVersion is the layout this build writes. Files of older versions
 // are migrated at Open; newer ones are refused.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Errors Open and the commit functions return.
 var (
@@ -275,6 +276,7 @@ func bucketNames(tx *bolt.Tx) []string {
 var migrations = map[int]func(*bolt.Tx) error{
 	1: migrate1to2,
 	2: migrate2to3,
+	3: migrate3to4,
 }
 
 // migrate1to2: schema 1 stored retained messages without their MQTT 5
@@ -310,6 +312,13 @@ func migrate1to2(tx *bolt.Tx) error {
 // migrate2to3: schema 2 had no bridge outboxes.
 func migrate2to3(tx *bolt.Tx) error {
 	_, err := tx.CreateBucketIfNotExists(bucketOutbox)
+	return err
+}
+
+// migrate3to4: schema 3 kept no record of the QoS 2 messages in flight
+// upstream; its bridges started a clean session after a restart.
+func migrate3to4(tx *bolt.Tx) error {
+	_, err := tx.CreateBucketIfNotExists(bucketUpflight)
 	return err
 }
 
