@@ -80,11 +80,17 @@ type Bridge struct {
 	// by sequence, with their packet identifiers: after a reconnect with
 	// the session present they are resent with those identifiers
 	// [MQTT-4.4.0-1], so that the server's QoS 2 state still matches.
+	// QoS 2 flights are also recorded in storage, before each PUBLISH and
+	// each PUBREL, so that this holds across a restart too.
 	flights  map[uint64]*outFlight
-	received Received // inbound QoS 2 identifiers, across reconnects
-	resumed  uint64   // messages resent under their identifiers after a reconnect
-	client   *Client  // the current link, nil while down
-	stale    []string // in-route filters to unsubscribe on the next link
+	byPID    map[uint16]*outFlight // the same, by packet identifier
+	recs     []uint16              // PUBRECs whose PUBREL waits for its record
+	stamp    uint64                // the next flight record's stamp
+	tracked  bool                  // storage records this bridge's QoS 2 flights
+	received Received              // inbound QoS 2 identifiers, across reconnects
+	resumed  uint64                // messages resent under their identifiers after a reconnect
+	client   *Client               // the current link, nil while down
+	stale    []string              // in-route filters to unsubscribe on the next link
 }
 
 // routing is a bridge's configuration as compiled: swapped whole, so that
@@ -100,8 +106,11 @@ type routing struct {
 
 // outFlight is one outbox entry in flight upstream.
 type outFlight struct {
+	seq      uint64
 	pid      uint16
-	released bool // QoS 2: PUBREC came; PUBREL is what to resend
+	recorded bool // QoS 2: its record (pid, not released) is in storage
+	recd     bool // QoS 2: PUBREC came; PUBREL waits until released is recorded
+	released bool // QoS 2: PUBREC came and is recorded; PUBREL is what to resend
 }
 
 // Link states, as reported in Stats.
@@ -133,7 +142,7 @@ func New(cfg config.Bridge, opts Options) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge %s: outbox: %w", cfg.Name, err)
 	}
 	b := &Bridge{name: cfg.Name, opts: opts, log: opts.Log.With("bridge", cfg.Name), ob: ob, state: StateStopped,
-		flights: map[uint64]*outFlight{}}
+		flights: map[uint64]*outFlight{}, byPID: map[uint16]*outFlight{}, stamp: 1}
 	rt, err := b.compile(cfg, outs, ins)
 	if err != nil {
 		return nil, err
@@ -142,7 +151,76 @@ func New(cfg config.Bridge, opts Options) (*Bridge, error) {
 	if n := ob.count; n > 0 {
 		b.log.Info("outbox holds messages from before", "messages", n, "bytes", ob.bytes)
 	}
+	if err := b.loadFlights(); err != nil {
+		return nil, fmt.Errorf("bridge %s: %w", cfg.Name, err)
+	}
 	return b, nil
+}
+
+// loadFlights takes up the QoS 2 messages that were in flight upstream
+// when the gateway last stopped, to resume them on the first connection.
+// Of two records holding one packet identifier, the older one's message
+// completed before the identifier was taken again: its entry is done.
+func (b *Bridge) loadFlights() error {
+	db := b.opts.Store
+	if db == nil {
+		return nil
+	}
+	set, err := db.OutboxFlights(b.name)
+	if err != nil {
+		return err
+	}
+	b.tracked = set.Tracked
+	if set.Bad > 0 {
+		b.log.Warn("QoS 2 flight records do not decode; their messages go again as new", "records", set.Bad)
+	}
+	live := map[uint16]storage.OutboxFlight{}
+	var done []storage.OutboxFlight
+	for _, f := range set.Flights {
+		b.stamp = max(b.stamp, f.Stamp+1)
+		if old, ok := live[f.PID]; ok {
+			if old.Stamp > f.Stamp {
+				old, f = f, old
+			}
+			done = append(done, old)
+		}
+		live[f.PID] = f
+	}
+	var batch storage.Batch
+	for _, f := range done {
+		if size, topic, ok := b.entry(f.Seq); ok {
+			b.ob.resumeFlight(f.Seq, size)
+			b.ob.acked(f.Seq, topic, "")
+		} else {
+			batch.OutboxFlightDelete(b.name, f.Seq)
+		}
+	}
+	for _, f := range live {
+		size, _, ok := b.entry(f.Seq)
+		if !ok {
+			batch.OutboxFlightDelete(b.name, f.Seq) // its entry's delete came first
+			continue
+		}
+		b.ob.resumeFlight(f.Seq, size)
+		of := &outFlight{seq: f.Seq, pid: f.PID, recorded: true, released: f.Released}
+		b.flights[f.Seq] = of
+		b.byPID[f.PID] = of
+	}
+	db.CommitLazy(&batch)
+	b.ob.flushDeletes()
+	if n := len(b.flights); n > 0 {
+		b.log.Info("QoS 2 messages in flight upstream at the last stop are resumed", "messages", n)
+	}
+	return nil
+}
+
+// entry reads outbox entry seq's size and topic.
+func (b *Bridge) entry(seq uint64) (size int, topic string, ok bool) {
+	e := b.ob.entry(seq)
+	if e == nil {
+		return 0, "", false
+	}
+	return e.Size(), e.Msg.Topic, true
 }
 
 // compile builds the routing of cfg: the client's options, with the will
@@ -155,6 +233,9 @@ func (b *Bridge) compile(cfg config.Bridge, outs []outRoute, ins []inRoute) (*ro
 	rt := &routing{cfg: cfg, outs: outs, ins: ins, copts: copts}
 	rt.copts.OnMessage = b.onMessage
 	rt.copts.Received = &b.received
+	if b.opts.Store != nil {
+		rt.copts.OnPubrec = b.onPubrec
+	}
 	if a := b.opts.Availability; a != "" {
 		for i := range outs {
 			if matcher.Matches(outs[i].filter, a) {
@@ -406,18 +487,20 @@ func (b *Bridge) setState(state string, err error) {
 // wait with exponential backoff and full jitter, and again.
 func (b *Bridge) run(ctx context.Context) {
 	attempt := 0
-	// The packet identifiers of QoS 2 messages in flight are kept in
-	// memory only. After a restart the upstream may still hold some of
-	// them in our session and would take a new message reusing one as a
-	// duplicate of the old: with a QoS 2 out-route the first connection
-	// starts clean (the outbox still resends everything unacknowledged).
+	// The QoS 2 packet identifiers the upstream holds in our session are
+	// recorded in storage once the bridge is tracked. An untracked one
+	// (a new state file, or one written before the records existed) may
+	// have left identifiers in the session that nobody recorded, and the
+	// server would take a new message under one as a duplicate of the
+	// old: with a QoS 2 out-route its first connection starts clean (the
+	// outbox still resends everything unacknowledged).
 	first := true
 	for ctx.Err() == nil {
 		rt := b.rt.Load()
 		backoff := Backoff{Min: rt.cfg.ReconnectMin, Max: rt.cfg.ReconnectMax}
 		opts := rt.copts
 		for _, r := range rt.outs {
-			if r.QoS == 2 && first {
+			if r.QoS == 2 && first && !b.tracked {
 				opts.CleanStart = true
 			}
 		}
@@ -444,6 +527,15 @@ func (b *Bridge) run(ctx context.Context) {
 		}
 		attempt = 0
 		first = false
+		if db := b.opts.Store; db != nil && !b.tracked {
+			var batch storage.Batch
+			batch.OutboxFlightsOpen(b.name)
+			if err := db.CommitWait(&batch); err != nil {
+				b.log.Warn("recording QoS 2 flights failed; the next start begins a clean session", "err", err)
+			} else {
+				b.tracked = true
+			}
+		}
 		b.mu.Lock()
 		b.client = c
 		b.info = c.Info()
@@ -652,21 +744,25 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 		for _, m := range b.ob.takeMemory() {
 			_, _ = c.Publish(&Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
 		}
+		b.release(c)
 		// Entries are read from the file in runs: with a full window
 		// waiting for a quarter of it to free up costs a little latency
 		// and saves a read transaction per acknowledgement.
 		if free, in := c.Window()-c.Inflight(), c.Inflight(); free > 0 && (in == 0 || free >= max(1, c.Window()/4)) && b.ob.pending() {
 			if n := pace.take(min(free, 64)); n > 0 {
 				entries := b.ob.next(n)
+				pids, ready := b.prepare(c, entries)
 				for i := range entries {
-					if err := b.publish(c, &entries[i]); err != nil {
-						// The link is going (or its window closed): this
-						// entry and the rest go again later.
-						for _, e := range entries[i+1:] {
-							b.ob.unsend(e.Seq)
+					if i < ready {
+						if err := b.send1(c, &entries[i], pids[i], false); err == nil {
+							continue
 						}
-						break
 					}
+					// The link is going (or its window closed, or a
+					// record failed): this entry and the rest go again
+					// later, under new identifiers.
+					b.unprepare(c, entries[i:], pids[i:])
+					break
 				}
 				if in := c.Inflight(); in > 0 {
 					b.mu.Lock()
@@ -697,12 +793,23 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 func (b *Bridge) resume(c *Client) bool {
 	b.mu.Lock()
 	flights := b.flights
-	b.flights = map[uint64]*outFlight{}
+	b.flights, b.byPID, b.recs = map[uint64]*outFlight{}, map[uint16]*outFlight{}, nil
 	b.mu.Unlock()
 	if len(flights) == 0 {
 		return true
 	}
 	if !c.Info().SessionPresent {
+		// The server kept nothing of ours: the records describe nothing.
+		// Their deletes go ahead of any record made for the new session.
+		if db := b.opts.Store; db != nil {
+			var batch storage.Batch
+			for seq, f := range flights {
+				if f.recorded || f.released {
+					batch.OutboxFlightDelete(b.name, seq)
+				}
+			}
+			db.CommitLazy(&batch)
+		}
 		b.ob.rewind()
 		return true
 	}
@@ -711,47 +818,218 @@ func (b *Bridge) resume(c *Client) bool {
 		seqs = append(seqs, seq)
 	}
 	slices.Sort(seqs)
+	entries := make(map[uint64]*storage.OutboxEntry, len(seqs))
+	var batch storage.Batch
 	for _, seq := range seqs {
 		f := flights[seq]
-		var e *storage.OutboxEntry
-		_ = b.ob.db.OutboxScan(b.ob.name, seq-1, 1, func(got *storage.OutboxEntry) bool {
-			if got.Seq == seq {
-				e = got
-			}
-			return false
-		})
+		e := b.ob.entry(seq)
 		if e == nil {
 			continue // acknowledged after all (its delete is on disk)
+		}
+		entries[seq] = e
+		if b.opts.Store == nil {
+			f.released = f.released || f.recd
+			continue
+		}
+		// Nothing of QoS 2 goes out before its record is on disk.
+		switch {
+		case f.recd && !f.released:
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Released: true, Stamp: b.nextStamp()})
+		case f.pid != 0 && !f.released && !f.recorded && min(e.Msg.QoS, c.Info().MaxQoS) == 2:
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Stamp: b.nextStamp()})
+		}
+	}
+	if !batch.Empty() {
+		if err := b.opts.Store.CommitWait(&batch); err != nil {
+			b.log.Warn("recording QoS 2 messages in flight failed; the link is closed to try again", "err", err)
+			b.restore(flights)
+			return false
+		}
+		for _, f := range flights {
+			f.released = f.released || f.recd
+			f.recorded = f.recorded || f.pid != 0
+		}
+	}
+	for i, seq := range seqs {
+		f, e := flights[seq], entries[seq]
+		if e == nil {
+			continue
 		}
 		var err error
 		switch {
 		case f.pid == 0:
 			// It never had an identifier (QoS 0, or the link went
-			// before it was written): it goes as new.
-			err = b.send1(c, e, 0)
+			// before it was written): it goes as new, in its turn.
+			b.ob.unsend(seq)
+			continue
 		case f.released:
-			b.track(seq, f)
+			b.track(f)
 			err = c.Release(f.pid, b.done(seq, e.Msg.Topic))
 		default:
-			err = b.send1(c, e, f.pid)
+			err = b.send1(c, e, f.pid, true)
 		}
 		if err != nil {
 			b.log.Warn("resending after a reconnect failed", "err", err)
+			rest := map[uint64]*outFlight{}
+			for _, s := range seqs[i:] {
+				rest[s] = flights[s]
+			}
+			b.restore(rest)
 			return false
 		}
-		if f.pid != 0 {
-			b.mu.Lock()
-			b.resumed++
-			b.mu.Unlock()
-		}
+		b.mu.Lock()
+		b.resumed++
+		b.mu.Unlock()
 	}
 	return true
 }
 
-func (b *Bridge) track(seq uint64, f *outFlight) {
+// restore gives back flights that a failed resume did not resend, for the
+// next link to resume.
+func (b *Bridge) restore(flights map[uint64]*outFlight) {
 	b.mu.Lock()
-	b.flights[seq] = f
+	defer b.mu.Unlock()
+	for seq, f := range flights {
+		if _, taken := b.flights[seq]; !taken {
+			b.flights[seq] = f
+		}
+	}
+}
+
+func (b *Bridge) nextStamp() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stamp++
+	return b.stamp - 1
+}
+
+// prepare takes packet identifiers for the entries that go out at QoS 2
+// and records them, durably, before any of them is sent. It returns the
+// identifiers (0: the client picks one) and how many entries may go: all
+// of them but those the window or a failed record left out.
+func (b *Bridge) prepare(c *Client, entries []storage.OutboxEntry) (pids []uint16, ready int) {
+	pids = make([]uint16, len(entries))
+	db := b.opts.Store
+	if db == nil {
+		return pids, len(entries)
+	}
+	ready = len(entries)
+	var batch storage.Batch
+	for i := range entries {
+		e := &entries[i]
+		if min(e.Msg.QoS, c.Info().MaxQoS) < 2 {
+			continue
+		}
+		pid, err := c.ReserveID()
+		if err != nil {
+			ready = i
+			break
+		}
+		pids[i] = pid
+		batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: e.Seq, PID: pid, Stamp: b.nextStamp()})
+	}
+	if batch.Empty() {
+		return pids, ready
+	}
+	if err := db.CommitWait(&batch); err != nil {
+		b.log.Warn("recording QoS 2 messages before sending them failed; they wait", "err", err)
+		return pids, 0
+	}
+	return pids, ready
+}
+
+// unprepare takes back entries handed out by next that were not sent:
+// their reserved identifiers are given back and their records deleted
+// (ahead of any later record, which may reuse an identifier), and they
+// go again in their turn.
+func (b *Bridge) unprepare(c *Client, entries []storage.OutboxEntry, pids []uint16) {
+	var batch storage.Batch
+	for i, e := range entries {
+		if pids[i] != 0 {
+			c.CancelID(pids[i])
+			batch.OutboxFlightDelete(b.name, e.Seq)
+		}
+		b.ob.unsend(e.Seq)
+	}
+	if db := b.opts.Store; db != nil {
+		db.CommitLazy(&batch)
+	}
+}
+
+// onPubrec is the client's OnPubrec: the PUBREL for pid waits until the
+// send loop has recorded that the server received the message.
+func (b *Bridge) onPubrec(pid uint16) {
+	b.mu.Lock()
+	b.recs = append(b.recs, pid)
 	b.mu.Unlock()
+	b.ob.signal()
+}
+
+// release records the PUBRECs that came since the last call as released,
+// in one commit, then sends their PUBRELs.
+func (b *Bridge) release(c *Client) {
+	b.mu.Lock()
+	recs := b.recs
+	b.recs = nil
+	var batch storage.Batch
+	var fs []*outFlight
+	var strays []uint16
+	for _, pid := range recs {
+		if f := b.byPID[pid]; f != nil {
+			b.stamp++
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: f.seq, PID: pid, Released: true, Stamp: b.stamp - 1})
+			fs = append(fs, f)
+		} else {
+			strays = append(strays, pid)
+		}
+	}
+	b.mu.Unlock()
+	for _, pid := range strays {
+		_ = c.ReleaseHeld(pid) // no record to keep: never hold a flight for good
+	}
+	if len(fs) == 0 {
+		return
+	}
+	if err := b.opts.Store.CommitWait(&batch); err != nil {
+		b.log.Warn("recording QoS 2 receipts failed; their PUBRELs wait", "err", err)
+		b.mu.Lock()
+		b.recs = append(recs, b.recs...)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Lock()
+	for _, f := range fs {
+		f.released = true
+	}
+	b.mu.Unlock()
+	for _, f := range fs {
+		// An error means the link ended: the teardown reports the flight
+		// as past PUBREC, and the next link sends the PUBREL.
+		_ = c.ReleaseHeld(f.pid)
+	}
+}
+
+func (b *Bridge) track(f *outFlight) {
+	b.mu.Lock()
+	b.flights[f.seq] = f
+	if f.pid != 0 {
+		b.byPID[f.pid] = f
+	}
+	b.mu.Unlock()
+}
+
+// untrack forgets entry seq's flight.
+func (b *Bridge) untrack(seq uint64) {
+	b.mu.Lock()
+	b.untrackLocked(seq)
+	b.mu.Unlock()
+}
+
+func (b *Bridge) untrackLocked(seq uint64) {
+	if f := b.flights[seq]; f != nil && b.byPID[f.pid] == f {
+		delete(b.byPID, f.pid)
+	}
+	delete(b.flights, seq)
 }
 
 // done is the completion of entry seq upstream.
@@ -761,7 +1039,7 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 			if errors.Is(err, ErrReleasePending) {
 				b.mu.Lock()
 				if f := b.flights[seq]; f != nil {
-					f.released = true
+					f.recd = true
 				}
 				b.mu.Unlock()
 			}
@@ -773,7 +1051,7 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
 		}
 		b.mu.Lock()
-		delete(b.flights, seq)
+		b.untrackLocked(seq)
 		b.acked++
 		b.mu.Unlock()
 		b.ob.acked(seq, topic, why)
@@ -781,37 +1059,33 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 	}
 }
 
-func (b *Bridge) publish(c *Client, e *storage.OutboxEntry) error {
-	return b.send1(c, e, 0)
-}
-
-// send1 publishes one outbox entry; pid is its identifier when resent.
-func (b *Bridge) send1(c *Client, e *storage.OutboxEntry, pid uint16) error {
+// send1 publishes one outbox entry under pid (0: the client picks one);
+// dup marks a resend under the identifier it had.
+func (b *Bridge) send1(c *Client, e *storage.OutboxEntry, pid uint16, dup bool) error {
 	seq, topic := e.Seq, e.Msg.Topic
-	m := &Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: pid != 0}
-	f := &outFlight{}
-	b.track(seq, f) // before Publish: its completion may come at once
+	m := &Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: dup}
+	f := &outFlight{seq: seq, pid: pid, recorded: pid != 0 && b.opts.Store != nil && min(e.Msg.QoS, c.Info().MaxQoS) == 2}
+	b.track(f) // before Publish: its completion may come at once
 	got, err := c.Publish(m, b.done(seq, topic))
 	switch {
 	case err == nil:
 		b.mu.Lock()
-		f.pid = got
+		if f.pid == 0 && got != 0 {
+			f.pid = got
+			b.byPID[got] = f
+		}
 		b.sent++
 		b.mu.Unlock()
 		return nil
 	case errors.Is(err, ErrTooLarge):
 		// The server will never take it: retrying would stop the route.
-		b.mu.Lock()
-		delete(b.flights, seq)
-		b.mu.Unlock()
+		b.untrack(seq)
+		c.CancelID(pid)
 		b.log.Warn("message larger than the upstream accepts; it is dropped", "topic", topic, "bytes", len(e.Msg.Payload))
 		b.ob.acked(seq, topic, DropTooLarge)
 		return nil
 	default:
-		b.mu.Lock()
-		delete(b.flights, seq)
-		b.mu.Unlock()
-		b.ob.unsend(seq)
+		b.untrack(seq)
 		return err
 	}
 }

@@ -62,6 +62,12 @@ type ClientOptions struct {
 	// connection to the next; nil: the client keeps it for this
 	// connection only. See Received.
 	Received *Received
+	// OnPubrec, when set, holds back the PUBREL that answers a PUBREC of
+	// one of our QoS 2 publishes: the client calls it with the packet
+	// identifier, on the reader goroutine (it must not block), and sends
+	// the PUBREL when ReleaseHeld is called, so that the caller can first
+	// record that the message was received. nil: PUBREL goes at once.
+	OnPubrec func(pid uint16)
 }
 
 // Will is the message the server publishes when the connection ends
@@ -292,6 +298,7 @@ type Client struct {
 	closing       bool  // Close was called
 	ended         bool  // flights and ctrl were handed to the teardown
 	flights       map[uint16]*flight
+	reserved      map[uint16]struct{} // identifiers taken by ReserveID for a Publish to come
 	ctrl          map[uint16]*ctrlWait
 	nextID        uint16
 	lastSent      time.Time
@@ -304,7 +311,8 @@ type Client struct {
 // awaits its last acknowledgement.
 type flight struct {
 	qos  byte
-	rel  bool // PUBREC received, PUBREL sent: awaiting PUBCOMP
+	rel  bool // PUBREC received, PUBREL sent (or held for ReleaseHeld): awaiting PUBCOMP
+	held bool // PUBREC received, PUBREL held back until ReleaseHeld
 	done func(err error, reason byte)
 	wait *ackWait
 }
@@ -719,12 +727,13 @@ func (c *Client) Publish(m *Outgoing, done func(err error, reason byte)) (pid ui
 		c.mu.Unlock()
 		return 0, err
 	}
-	if len(c.flights) >= c.window {
+	pid = m.PacketID
+	if _, ok := c.reserved[pid]; ok && pid != 0 {
+		delete(c.reserved, pid) // its place in the window was taken with it
+	} else if len(c.flights)+len(c.reserved) >= c.window {
 		c.mu.Unlock()
 		return 0, ErrWindowFull
-	}
-	pid = m.PacketID
-	if pid != 0 {
+	} else if pid != 0 {
 		if c.inUseLocked(pid) {
 			c.mu.Unlock()
 			return 0, fmt.Errorf("bridge: publish to %q: packet id %d is still in flight", m.Topic, pid)
@@ -786,7 +795,7 @@ func (c *Client) Release(pid uint16, done func(err error, reason byte)) error {
 		c.mu.Unlock()
 		return err
 	}
-	if len(c.flights) >= c.window {
+	if len(c.flights)+len(c.reserved) >= c.window {
 		c.mu.Unlock()
 		return ErrWindowFull
 	}
@@ -801,10 +810,67 @@ func (c *Client) Release(pid uint16, done func(err error, reason byte)) error {
 	return err
 }
 
+// ReserveID takes a packet identifier, and a place in the in-flight
+// window, for a QoS 1/2 Publish to come: the caller can record the
+// identifier before the PUBLISH goes out. Publish with m.PacketID set to
+// it uses them; CancelID gives them back. A full window returns
+// ErrWindowFull.
+func (c *Client) ReserveID() (uint16, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked(); err != nil {
+		return 0, err
+	}
+	if len(c.flights)+len(c.reserved) >= c.window {
+		return 0, ErrWindowFull
+	}
+	pid := c.allocIDLocked()
+	if pid == 0 {
+		return 0, errors.New("bridge: every packet id is in flight")
+	}
+	if c.reserved == nil {
+		c.reserved = map[uint16]struct{}{}
+	}
+	c.reserved[pid] = struct{}{}
+	return pid, nil
+}
+
+// CancelID gives back an identifier from ReserveID that no Publish used.
+func (c *Client) CancelID(pid uint16) {
+	c.mu.Lock()
+	delete(c.reserved, pid)
+	c.mu.Unlock()
+}
+
+// ReleaseHeld sends the PUBREL that OnPubrec held back for pid; the
+// message's done is called on PUBCOMP. It returns an error when pid has
+// no held PUBREL, or the connection ended (done then gets
+// ErrReleasePending).
+func (c *Client) ReleaseHeld(pid uint16) error {
+	c.mu.Lock()
+	f := c.flights[pid]
+	if f == nil || !f.held {
+		err := c.usableLocked()
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("bridge: release: packet id %d has no PUBREL held", pid)
+	}
+	f.held = false
+	f.wait = &ackWait{kind: packets.Pubcomp, pid: pid}
+	c.mu.Unlock()
+	if !c.q.push(outPacket{b: ackPacket(packets.Pubrel, pid, 0, c.v5), wait: f.wait}, false) {
+		return c.endErr()
+	}
+	return nil
+}
+
 func (c *Client) inUseLocked(pid uint16) bool {
 	_, a := c.flights[pid]
 	_, b := c.ctrl[pid]
-	return a || b
+	_, r := c.reserved[pid]
+	return a || b || r
 }
 
 // allocIDLocked returns a packet id no PUBLISH, SUBSCRIBE or UNSUBSCRIBE
@@ -1208,6 +1274,7 @@ func (c *Client) teardown() {
 	c.ended = true
 	flights, ctrl := c.flights, c.ctrl
 	c.flights, c.ctrl = map[uint16]*flight{}, map[uint16]*ctrlWait{}
+	c.reserved = nil
 	c.acks, c.ping = nil, nil
 	c.mu.Unlock()
 	for _, it := range c.q.drain() {
@@ -1405,6 +1472,16 @@ func (c *Client) onPubAck(kind byte, pid uint16, reason byte) {
 	f.wait.got = true
 	if kind == packets.Pubrec && reason < 0x80 {
 		f.rel = true
+		if hold := c.o.OnPubrec; hold != nil {
+			if f.held {
+				c.mu.Unlock()
+				return // a second PUBREC: the first is being recorded
+			}
+			f.held = true
+			c.mu.Unlock()
+			hold(pid)
+			return
+		}
 		f.wait = &ackWait{kind: packets.Pubcomp, pid: pid}
 		c.mu.Unlock()
 		c.q.push(outPacket{b: ackPacket(packets.Pubrel, pid, 0, c.v5), wait: f.wait}, false) // [MQTT-4.3.3-4]

@@ -371,12 +371,43 @@ func (ob *outbox) next(n int) []storage.OutboxEntry {
 			ob.sent = e.Seq
 			continue
 		}
+		if _, flying := ob.inflight[e.Seq]; flying {
+			// In flight already: resumed from before a restart, or left
+			// behind by a cursor taken back for an earlier entry.
+			expect = e.Seq + 1
+			ob.sent = e.Seq
+			continue
+		}
 		ob.inflight[e.Seq] = e.Size()
 		ob.sent = e.Seq
 		expect = e.Seq + 1
 		kept = append(kept, e)
 	}
 	return kept
+}
+
+// resumeFlight marks entry seq, of size bytes, as in flight from before a
+// restart: the cursor passes it by, and it is resumed or rewound with the
+// first link.
+func (ob *outbox) resumeFlight(seq uint64, size int) {
+	ob.mu.Lock()
+	ob.inflight[seq] = size
+	ob.mu.Unlock()
+}
+
+// entry reads entry seq, or returns nil when it is not stored.
+func (ob *outbox) entry(seq uint64) *storage.OutboxEntry {
+	var e *storage.OutboxEntry
+	if ob.db == nil || seq == 0 {
+		return nil
+	}
+	_ = ob.db.OutboxScan(ob.name, seq-1, 1, func(got *storage.OutboxEntry) bool {
+		if got.Seq == seq {
+			e = got
+		}
+		return false
+	})
+	return e
 }
 
 // unsend takes back an entry handed to the link that the link did not
