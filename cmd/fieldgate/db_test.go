@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +39,7 @@ func TestDBCheckAndStats(t *testing.T) {
 		t.Fatalf("db check on a sound file: code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runBinary(t, "db", "stats", "-path", path)
-	for _, want := range []string{"schema 3", "1 sessions", "retained", "subs", "sessions", "outbox"} {
+	for _, want := range []string{fmt.Sprintf("schema %d", storage.SchemaVersion), "1 sessions", "retained", "subs", "sessions", "outbox", "upflight"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Fatalf("db stats lacks %q (code %d):\n%s%s", want, r.code, r.stdout, r.stderr)
 		}
