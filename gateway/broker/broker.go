@@ -363,7 +363,7 @@ func (b *Broker) logDrop(clientID, why string) {
 }
 
 // housekeep runs once a second: due wills, expired sessions, stalled
-// windows, and $SYS.
+// windows, retained changes storage has applied, and $SYS.
 func (b *Broker) housekeep() {
 	defer close(b.houseDone)
 	tick := time.NewTicker(time.Second)
@@ -375,6 +375,7 @@ func (b *Broker) housekeep() {
 			return
 		case now := <-tick.C:
 			b.sweep(now)
+			b.retained.tidy()
 			if b.opts.Alive != nil {
 				b.opts.Alive()
 			}

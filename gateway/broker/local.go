@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,13 +147,14 @@ func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
 	cl.handlers[id] = h
 	cl.mu.Unlock()
 	var retained []retainedFor
-	code, err := cl.c.subscribeOne(packets.Subscription{Filter: filter, Qos: qos}, id, func(inner string, q byte) {
-		retained = append(retained, retainedFor{inner, q})
+	code, err := cl.c.subscribeOne(packets.Subscription{Filter: filter, Qos: qos}, id, func(w retainedFor) {
+		retained = append(retained, w)
 	})
 	if errors.Is(err, errSessionEnded) {
 		return ErrClientClosed
 	}
 	cl.c.s.sendRetained(cl.b, nil, retained, []uint32{id})
+	cl.b.retained.scanned(len(retained))
 	if err == nil && code >= 0x80 {
 		err = fmt.Errorf("broker: subscribe to %q refused with reason 0x%02X", filter, code)
 	}
@@ -167,7 +169,7 @@ var effectsPool = sync.Pool{New: func() any { return new(effects) }}
 // matches, such as the discovery configs a gateway published earlier.
 func (cl *Client) RetainedTopics(filter string) []string {
 	var out []string
-	cl.b.retained.match(filter, func(m *message) { out = append(out, m.topic) })
+	cl.b.retained.match(filter, math.MaxUint64, func(m *message) { out = append(out, m.topic) })
 	return out
 }
 

@@ -209,6 +209,11 @@ type effects struct {
 	batch   storage.Batch
 	release []*session // sessions with QoS 2 flights waiting for this commit
 	refused bool       // a persistent session's queue policy turned the message away
+
+	// retained is the stored retained change in batch, if any, and
+	// retainedSeq its number: marked as handed to storage once batch is.
+	retained    *recentChange
+	retainedSeq uint64
 }
 
 // commitEffects commits fx: durably when durable is set or when QoS 2
@@ -222,14 +227,23 @@ func (b *Broker) commitEffects(fx *effects, durable bool, done func(error)) {
 		}
 		return
 	}
+	rc, seq := fx.retained, fx.retainedSeq
 	if !durable && len(fx.release) == 0 {
 		b.store.CommitLazy(&fx.batch)
+		if rc != nil {
+			// Only once handed over: retainedStore.tidy asks storage
+			// to report when what it was handed is applied.
+			rc.submitted.Store(seq)
+		}
 		if done != nil {
 			done(nil)
 		}
 		return
 	}
 	b.store.Commit(&fx.batch, func(err error) {
+		if rc != nil {
+			b.retained.applied(rc, seq)
+		}
 		b.releaseFlights(fx)
 		if done != nil {
 			done(err)

@@ -73,15 +73,14 @@ func (b *Broker) publish(m *message, from matcher.Handle, fx *effects) int {
 			b.offer(out, m, from, fx)
 		}
 	}
-	if m.retain {
-		if len(m.payload) == 0 {
-			b.retained.delete(m.topic, fx) // [MQTT-3.3.1-6] [MQTT-3.3.1-7]
-		} else {
-			b.retained.set(m, fx) // [MQTT-3.3.1-5]
-		}
-	}
 	rb := routeBufs.Get().(*routeBuf)
-	b.index.Match(m.topic, from, &rb.r)
+	if m.retain {
+		// A subscription made meanwhile gets m once, live or from its
+		// retained scan, not both: see retainedStore.
+		b.retained.change(m, fx, func() { b.index.Match(m.topic, from, &rb.r) })
+	} else {
+		b.index.Match(m.topic, from, &rb.r)
+	}
 	ds := rb.r.Deliveries
 	b.hmu.RLock()
 	for _, d := range ds {
@@ -140,11 +139,14 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 		id = uint32(v)
 	}
 	var wantRetained []retainedFor
+	// On every path: a scan counted and never ended would keep the
+	// retained store from forgetting its recent changes.
+	defer func() { b.retained.scanned(len(wantRetained)) }()
 	codes := make([]byte, len(pk.Filters))
 	s := c.s
 	for i, f := range pk.Filters {
-		code, err := c.subscribeOne(f, id, func(filter string, qos byte) {
-			wantRetained = append(wantRetained, retainedFor{filter, qos})
+		code, err := c.subscribeOne(f, id, func(w retainedFor) {
+			wantRetained = append(wantRetained, w)
 		})
 		if err != nil {
 			return err
@@ -184,8 +186,9 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 var errSessionEnded = errors.New("session ended: taken over or closed")
 
 // subscribeOne subscribes one filter and returns its SUBACK code. It calls
-// retained when the filter's retained messages are due.
-func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(filter string, qos byte)) (byte, error) {
+// retained when the filter's retained messages are due; the caller sends
+// them, then calls retainedStore.scanned.
+func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(retainedFor)) (byte, error) {
 	b := c.b
 	fail := func(v5code byte) (byte, error) {
 		if c.v5 {
@@ -232,20 +235,24 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(fil
 		b.log.Info("subscription limit reached", "client", c.clientID, "limit", b.opts.MaxSubscriptions)
 		return fail(rcQuotaExceeded)
 	}
+	// Retained messages: not for shared subscriptions (MQTT 5 §4.8.2);
+	// retain handling 0 sends them, 1 only for a new subscription, 2
+	// never (MQTT 5 [MQTT-3.3.1-9] to [MQTT-3.3.1-11]).
+	rh := f.RetainHandling
+	due := !shared && (rh == 0 || (rh == 1 && !existed))
 	filter := strings.Clone(f.Filter)
-	if _, err := b.index.Subscribe(s.handle, filter, opts, id); err != nil {
+	upTo, err := b.retained.subscribe(due, func() error {
+		_, err := b.index.Subscribe(s.handle, filter, opts, id)
+		return err
+	})
+	if err != nil {
 		s.mu.Unlock()
 		return fail(rcFilterInvalid)
 	}
 	s.subs[filter] = subscription{opts: opts, id: id}
 	s.mu.Unlock()
-
-	// Retained messages: not for shared subscriptions (MQTT 5 §4.8.2);
-	// retain handling 0 sends them, 1 only for a new subscription, 2
-	// never (MQTT 5 [MQTT-3.3.1-9] to [MQTT-3.3.1-11]).
-	rh := f.RetainHandling
-	if !shared && (rh == 0 || (rh == 1 && !existed)) {
-		retained(inner, f.Qos)
+	if due {
+		retained(retainedFor{filter: inner, qos: f.Qos, upTo: upTo})
 	}
 	return f.Qos, nil // [MQTT-3.9.3-1]
 }

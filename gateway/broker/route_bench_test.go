@@ -41,25 +41,32 @@ func drainedSubscriber(b *testing.B, addr, id, filter string, qos byte) {
 // BenchmarkRoute measures one PUBLISH from routing to the subscribers'
 // sockets: match, one delivery per subscriber, one shared encoding, and
 // the writers copying it out. Allocations per op are the figure to watch.
+// The retained case also replaces the topic's retained message, in memory.
 func BenchmarkRoute(b *testing.B) {
-	for _, subs := range []int{1, 10, 100} {
-		b.Run(fmt.Sprintf("subs=%d", subs), func(b *testing.B) {
-			tb := startBroker(b, func(o *Options) { o.MaxQueuedBytes = 256 << 20 })
-			for i := 0; i < subs; i++ {
-				drainedSubscriber(b, tb.Addr, fmt.Sprintf("s%d", i), "plant/+/temp", 0)
+	for _, retain := range []bool{false, true} {
+		for _, subs := range []int{1, 10, 100} {
+			name := fmt.Sprintf("subs=%d", subs)
+			if retain {
+				name += "/retained"
 			}
-			payload := []byte(`{"value":21.5,"unit":"°C"}`)
-			now := time.Now()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				m := newMessage("plant/greenhouse-1/temp", payload, 0, false, nil, now)
-				tb.Broker.publish(m, matcher.NoHandle, nil)
-			}
-			b.StopTimer()
-			if d := tb.Broker.stats.dropped.Load(); d > 0 {
-				b.Logf("%d deliveries dropped (writers behind)", d)
-			}
-		})
+			b.Run(name, func(b *testing.B) {
+				tb := startBroker(b, func(o *Options) { o.MaxQueuedBytes = 256 << 20 })
+				for i := 0; i < subs; i++ {
+					drainedSubscriber(b, tb.Addr, fmt.Sprintf("s%d", i), "plant/+/temp", 0)
+				}
+				payload := []byte(`{"value":21.5,"unit":"°C"}`)
+				now := time.Now()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					m := newMessage("plant/greenhouse-1/temp", payload, 0, retain, nil, now)
+					tb.Broker.publish(m, matcher.NoHandle, nil)
+				}
+				b.StopTimer()
+				if d := tb.Broker.stats.dropped.Load(); d > 0 {
+					b.Logf("%d deliveries dropped (writers behind)", d)
+				}
+			})
+		}
 	}
 }
