@@ -128,10 +128,12 @@ func parses(text []byte) (*yaml.Node, bool) {
 
 // brokenLine returns the 1-based line of data (which does not parse) whose
 // addition to the lines before it stops them from parsing, and the root of
-// those lines. hint is the parser's line, which is never after the broken
-// one; searching from just before it keeps a value spread over several
-// lines earlier in the file (which does not parse when cut) from being
-// taken for the fault.
+// those lines. A beginning cut inside a value spread over several lines
+// does not parse either, so the search cuts only before lines that start
+// something: it narrows the range by binary search over the lines of the
+// range's outermost indentation (top-level keys, then a list's items, and
+// so on), and scans the last few lines one by one. hint is the parser's
+// line, which is never after the broken one.
 func brokenLine(data []byte, ends []int, hint int) (int, *yaml.Node) {
 	lo, hi := 0, len(ends) // the first lo lines parse; all hi of them do not
 	var loRoot *yaml.Node
@@ -141,14 +143,61 @@ func brokenLine(data []byte, ends []int, hint int) (int, *yaml.Node) {
 		}
 	}
 	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if root, ok := parses(data[:ends[mid-1]]); ok {
-			lo, loRoot = mid, root
-		} else {
-			hi = mid
+		cuts := startCuts(data, ends, lo, hi)
+		if len(cuts) == 0 {
+			break
+		}
+		// The last cut that parses, and the first after it that does not.
+		i, j := -1, len(cuts)
+		for j-i > 1 {
+			mid := (i + j) / 2
+			if root, ok := parses(data[:ends[cuts[mid]-1]]); ok {
+				i, loRoot = mid, root
+			} else {
+				j = mid
+			}
+		}
+		if i >= 0 {
+			lo = cuts[i]
+		}
+		if j < len(cuts) {
+			hi = cuts[j]
 		}
 	}
-	return hi, loRoot
+	for k := hi - 1; k > lo; k-- {
+		if root, ok := parses(data[:ends[k-1]]); ok {
+			return k + 1, root
+		}
+	}
+	return lo + 1, loRoot
+}
+
+// startCuts returns the lengths k, lo < k < hi, of the beginnings of data
+// that end just before a line at the outermost indentation of lines lo+2
+// to hi: lines that start a key or an item rather than continue a value.
+// Blank lines and comments start nothing.
+func startCuts(data []byte, ends []int, lo, hi int) []int {
+	indent := func(line int) int {
+		text := lineText(data, ends, line)
+		body := strings.TrimLeft(text, " ")
+		if body == "" || body[0] == '#' || strings.TrimSpace(body) == "" {
+			return -1
+		}
+		return len(text) - len(body)
+	}
+	least := -1
+	for line := lo + 2; line <= hi; line++ {
+		if n := indent(line); n >= 0 && (least < 0 || n < least) {
+			least = n
+		}
+	}
+	var cuts []int
+	for line := lo + 2; line <= hi && least >= 0; line++ {
+		if indent(line) == least {
+			cuts = append(cuts, line-1)
+		}
+	}
+	return cuts
 }
 
 // keyAt names the key that line text writes, from where its indentation

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -96,6 +97,23 @@ func TestSyntaxProblemLineBeforeMultilineValue(t *testing.T) {
 	_, err := Parse("site.yaml", []byte(b.String()))
 	got := problemsOf(t, err)
 	if w := (wantProblem{45, "log.level", "not closed"}); len(got) != 1 || !hasProblem(got, w) {
+		t.Errorf("got:\n%v\nwant line %d %s", err, w.line, w.path)
+	}
+}
+
+// TestSyntaxProblemLineAfterMultilineValues checks that values spread over
+// several lines between the parser's line (where the list began) and the
+// fault do not stop the search short of the fault.
+func TestSyntaxProblemLineAfterMultilineValues(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("sensors:\n  - name: a\n    kind: bme280\n    bus: sim\n")
+	for i := range 12 {
+		fmt.Fprintf(&b, "  - {name: s%d, kind: bme280,\n     bus: sim, interval: 1s}\n", i)
+	}
+	b.WriteString("  - name: z\n   kind: bme280\n")
+	_, err := Parse("site.yaml", []byte(b.String()))
+	got := problemsOf(t, err)
+	if w := (wantProblem{30, "sensors[13].kind", "indent the key"}); len(got) != 1 || !hasProblem(got, w) {
 		t.Errorf("got:\n%v\nwant line %d %s", err, w.line, w.path)
 	}
 }
