@@ -87,6 +87,10 @@ type Bridge struct {
 	recs     []uint16              // PUBRECs whose PUBREL waits for its record
 	stamp    uint64                // the next flight record's stamp
 	tracked  bool                  // storage records this bridge's QoS 2 flights
+	// A failed QoS 2 record (a full or failing disk) holds the sender
+	// back until recordHold, and is logged at most once per recordWarnEvery;
+	// both belong to the run goroutine.
+	recordHold, recordWarned time.Time
 	received Received              // inbound QoS 2 identifiers, across reconnects
 	resumed  uint64                // messages resent under their identifiers after a reconnect
 	client   *Client               // the current link, nil while down
@@ -744,6 +748,20 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 		for _, m := range b.ob.takeMemory() {
 			_, _ = c.Publish(&Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
 		}
+		if time.Now().Before(b.recordHold) {
+			// A record failed lately: nothing QoS 2 may go without one.
+			select {
+			case <-ctx.Done():
+				b.ob.flushDeletes()
+				return
+			case <-c.Done():
+				b.ob.flushDeletes()
+				return
+			case <-tick.C:
+				b.alive()
+				continue
+			}
+		}
 		b.release(c)
 		// Entries are read from the file in runs: with a full window
 		// waiting for a quarter of it to free up costs a little latency
@@ -841,7 +859,7 @@ func (b *Bridge) resume(c *Client) bool {
 	}
 	if !batch.Empty() {
 		if err := b.opts.Store.CommitWait(&batch); err != nil {
-			b.log.Warn("recording QoS 2 messages in flight failed; the link is closed to try again", "err", err)
+			b.recordFailed("recording QoS 2 messages in flight failed; the link is closed to try again", err)
 			b.restore(flights)
 			return false
 		}
@@ -932,7 +950,7 @@ func (b *Bridge) prepare(c *Client, entries []storage.OutboxEntry) (pids []uint1
 		return pids, ready
 	}
 	if err := db.CommitWait(&batch); err != nil {
-		b.log.Warn("recording QoS 2 messages before sending them failed; they wait", "err", err)
+		b.recordFailed("recording QoS 2 messages before sending them failed; they wait", err)
 		return pids, 0
 	}
 	return pids, ready
@@ -953,6 +971,21 @@ func (b *Bridge) unprepare(c *Client, entries []storage.OutboxEntry, pids []uint
 	}
 	if db := b.opts.Store; db != nil {
 		db.CommitLazy(&batch)
+	}
+}
+
+// recordWarnEvery spaces the warnings of a failing QoS 2 record, which is
+// retried every second while the disk is full.
+const recordWarnEvery = 30 * time.Second
+
+// recordFailed holds the sender back for a second after a QoS 2 record
+// failed, and says so, at most once per recordWarnEvery.
+func (b *Bridge) recordFailed(msg string, err error) {
+	now := time.Now()
+	b.recordHold = now.Add(time.Second)
+	if now.Sub(b.recordWarned) >= recordWarnEvery {
+		b.recordWarned = now
+		b.log.Warn(msg, "err", err)
 	}
 }
 
@@ -991,7 +1024,7 @@ func (b *Bridge) release(c *Client) {
 		return
 	}
 	if err := b.opts.Store.CommitWait(&batch); err != nil {
-		b.log.Warn("recording QoS 2 receipts failed; their PUBRELs wait", "err", err)
+		b.recordFailed("recording QoS 2 receipts failed; their PUBRELs wait", err)
 		b.mu.Lock()
 		b.recs = append(recs, b.recs...)
 		b.mu.Unlock()
