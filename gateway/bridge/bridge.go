@@ -82,19 +82,19 @@ type Bridge struct {
 	// [MQTT-4.4.0-1], so that the server's QoS 2 state still matches.
 	// QoS 2 flights are also recorded in storage, before each PUBLISH and
 	// each PUBREL, so that this holds across a restart too.
-	flights  map[uint64]*outFlight
-	byPID    map[uint16]*outFlight // the same, by packet identifier
-	recs     []uint16              // PUBRECs whose PUBREL waits for its record
-	stamp    uint64                // the next flight record's stamp
-	tracked  bool                  // storage records this bridge's QoS 2 flights
+	flights map[uint64]*outFlight
+	byPID   map[uint16]*outFlight // the same, by packet identifier
+	recs    []uint16              // PUBRECs whose PUBREL waits for its record
+	stamp   uint64                // the next flight record's stamp
+	tracked bool                  // storage records this bridge's QoS 2 flights
 	// A failed QoS 2 record (a full or failing disk) holds the sender
 	// back until recordHold, and is logged at most once per recordWarnEvery;
 	// both belong to the run goroutine.
 	recordHold, recordWarned time.Time
-	received Received              // inbound QoS 2 identifiers, across reconnects
-	resumed  uint64                // messages resent under their identifiers after a reconnect
-	client   *Client               // the current link, nil while down
-	stale    []string              // in-route filters to unsubscribe on the next link
+	received                 Received // inbound QoS 2 identifiers, across reconnects
+	resumed                  uint64   // messages resent under their identifiers after a reconnect
+	client                   *Client  // the current link, nil while down
+	stale                    []string // in-route filters to unsubscribe on the next link
 }
 
 // routing is a bridge's configuration as compiled: swapped whole, so that
