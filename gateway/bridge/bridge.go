@@ -882,7 +882,15 @@ func (b *Bridge) resume(c *Client) bool {
 			continue
 		case f.released:
 			b.track(f)
-			err = c.Release(f.pid, b.done(seq, e.Msg.Topic))
+			done := b.done(seq, e.Msg.Topic)
+			err = c.Release(f.pid, func(err error, reason byte) {
+				if reason == rcPacketIDNotFound {
+					// The server completed it before: the PUBCOMP that
+					// said so was lost, or its outbox delete was.
+					reason = 0
+				}
+				done(err, reason)
+			})
 		default:
 			err = b.send1(c, e, f.pid, true)
 		}
@@ -901,6 +909,10 @@ func (b *Bridge) resume(c *Client) bool {
 	}
 	return true
 }
+
+// rcPacketIDNotFound is the reason code of a PUBCOMP for a PUBREL whose
+// packet identifier the server no longer holds.
+const rcPacketIDNotFound = 0x92
 
 // restore gives back flights that a failed resume did not resend, for the
 // next link to resume.

@@ -103,6 +103,11 @@ collect:
 			t.Errorf("%s arrived %d times, want none: it was delivered before the restart", name, n)
 		}
 	}
+	for why, n := range s2.br.Stats().Dropped {
+		if n > 0 {
+			t.Errorf("%d dropped as %s: a PUBREL the server completed before is no refusal", n, why)
+		}
+	}
 	if st := s2.br.Stats(); st.Resumed != 4 {
 		t.Errorf("%d messages resumed under their identifiers, want 4 (held, completed, unsent, reused-after)", st.Resumed)
 	}
