@@ -53,7 +53,7 @@ var execsLine = regexp.MustCompile(`elapsed: (\d+)s, execs: (\d+) \((\d+)/sec\)(
 
 // fuzzResult turns one bounded fuzz run's output and exit status into a
 // record.
-func fuzzResult(target, log string, rc int) relrecord.Result {
+func fuzzResult(target, log string, rc, reruns int) relrecord.Result {
 	res := relrecord.Result{Suite: "fuzz", Case: target, Pass: rc == 0, Test: target}
 	if relrecord.Soak() {
 		res.Mode = "soak"
@@ -72,6 +72,10 @@ func fuzzResult(target, log string, rc int) relrecord.Result {
 		if last[5] != "" {
 			res.Figures = append(res.Figures, relrecord.Figure{Name: "corpus", Value: last[5]})
 		}
+	}
+	if reruns > 0 {
+		res.Figures = append(res.Figures, relrecord.Figure{Name: "reruns",
+			Value: fmt.Sprintf("%d (a run before ended on Go's fuzz deadline race, go.dev/issue/75804, with no failing input)", reruns)})
 	}
 	if !res.Pass {
 		res.Failure = firstFailure(log)
@@ -96,6 +100,7 @@ func fuzzCmd(args []string) error {
 	target := fs.String("target", "", "the package and the fuzz target, such as 'matcher FuzzIndex'")
 	logPath := fs.String("log", "", "the go test -fuzz output")
 	rc := fs.Int("rc", 0, "go test's exit status")
+	reruns := fs.Int("reruns", 0, "runs before this one that ended on Go's fuzz deadline race")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,7 +111,7 @@ func fuzzCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	res := fuzzResult(*target, string(log), *rc)
+	res := fuzzResult(*target, string(log), *rc, *reruns)
 	res.Finished = time.Now().UTC().Format(time.RFC3339)
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {

@@ -17,7 +17,7 @@ fuzz: elapsed: 3s, execs: 1000 (333/sec), new interesting: 1 (total: 41)
 fuzz: elapsed: 30s, execs: 123456 (4115/sec), new interesting: 3 (total: 43)
 PASS
 `
-	r := fuzzResult("matcher FuzzIndex", log, 0)
+	r := fuzzResult("matcher FuzzIndex", log, 0, 0)
 	if !r.Pass || r.Suite != "fuzz" {
 		t.Fatalf("%+v", r)
 	}
@@ -30,9 +30,14 @@ PASS
 			t.Errorf("figure %d: %+v, want %+v", i, r.Figures[i], want[i])
 		}
 	}
-	bad := fuzzResult("storage FuzzDecode", log+"--- FAIL: FuzzDecode (0.01s)\n", 1)
+	bad := fuzzResult("storage FuzzDecode", log+"--- FAIL: FuzzDecode (0.01s)\n", 1, 0)
 	if bad.Pass || !strings.HasPrefix(bad.Failure, "--- FAIL: FuzzDecode") {
 		t.Errorf("failed run: %+v", bad)
+	}
+	// A rerun after Go's deadline race says so in its figures.
+	again := fuzzResult("matcher FuzzIndex", log, 0, 1)
+	if n := len(again.Figures); !again.Pass || n != len(want)+1 || again.Figures[n-1].Name != "reruns" || !strings.Contains(again.Figures[n-1].Value, "75804") {
+		t.Errorf("rerun: %+v", again)
 	}
 }
 
