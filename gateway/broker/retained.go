@@ -150,10 +150,10 @@ func (r *retainedStore) len() int {
 }
 
 // match calls fn for every retained message whose topic filter matches
-// and whose topic has changed last at or before change upTo; newer
+// and whose topic has changed last at or before change scanTo; newer
 // changes went to the subscription live. fn runs without the store's
 // lock held.
-func (r *retainedStore) match(filter string, upTo uint64, fn func(*message)) {
+func (r *retainedStore) match(filter string, scanTo uint64, fn func(*message)) {
 	var found []*message
 	// held are the stored topics whose change the file may not have yet:
 	// their value is the one in recent, not the file's.
@@ -166,13 +166,13 @@ func (r *retainedStore) match(filter string, upTo uint64, fn func(*message)) {
 			held = make(map[string]bool)
 		}
 		held[topic] = true
-		if c.m != nil && c.seq <= upTo {
+		if c.m != nil && c.seq <= scanTo {
 			found = append(found, c.m)
 		}
 	}
 	r.mu.RLock()
 	if !strings.ContainsAny(filter, "+#") {
-		if e, ok := r.topics[filter]; ok && e.seq <= upTo {
+		if e, ok := r.topics[filter]; ok && e.seq <= scanTo {
 			found = append(found, e.m)
 		}
 		if c := r.recent[filter]; c != nil {
@@ -180,7 +180,7 @@ func (r *retainedStore) match(filter string, upTo uint64, fn func(*message)) {
 		}
 	} else {
 		for t, e := range r.topics {
-			if e.seq <= upTo && matcher.Matches(filter, t) {
+			if e.seq <= scanTo && matcher.Matches(filter, t) {
 				found = append(found, e.m)
 			}
 		}
@@ -212,12 +212,12 @@ func (r *retainedStore) match(filter string, upTo uint64, fn func(*message)) {
 		r.log.Warn("reading retained messages failed", "filter", filter, "err", err)
 	}
 	// The file may hold a change made since the lock was taken above:
-	// numbered above upTo, it went to the subscription live. Changes at
-	// or below upTo stay in recent while the scan is under way.
+	// numbered above scanTo, it went to the subscription live. Changes at
+	// or below scanTo stay in recent while the scan is under way.
 	n := 0
 	r.mu.RLock()
 	for _, m := range fromFile {
-		if c := r.recent[m.topic]; c == nil || c.seq <= upTo {
+		if c := r.recent[m.topic]; c == nil || c.seq <= scanTo {
 			fromFile[n] = m
 			n++
 		}

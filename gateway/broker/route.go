@@ -241,7 +241,7 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 	rh := f.RetainHandling
 	due := !shared && (rh == 0 || (rh == 1 && !existed))
 	filter := strings.Clone(f.Filter)
-	upTo, err := b.retained.subscribe(due, func() error {
+	scanTo, err := b.retained.subscribe(due, func() error {
 		_, err := b.index.Subscribe(s.handle, filter, opts, id)
 		return err
 	})
@@ -252,7 +252,7 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 	s.subs[filter] = subscription{opts: opts, id: id}
 	s.mu.Unlock()
 	if due {
-		retained(retainedFor{filter: inner, qos: f.Qos, upTo: upTo})
+		retained(retainedFor{filter: inner, qos: f.Qos, scanTo: scanTo})
 	}
 	return f.Qos, nil // [MQTT-3.9.3-1]
 }

@@ -165,7 +165,7 @@ func (s *session) sendRetained(b *Broker, first func(), filters []retainedFor, i
 	}
 	now := time.Now().UnixNano()
 	for _, w := range filters {
-		b.retained.match(w.filter, w.upTo, func(m *message) {
+		b.retained.match(w.filter, w.scanTo, func(m *message) {
 			if m.expired(now) {
 				return
 			}
@@ -176,11 +176,11 @@ func (s *session) sendRetained(b *Broker, first func(), filters []retainedFor, i
 }
 
 // retainedFor is a filter whose retained messages a new subscription gets,
-// at the QoS it was granted, up to the retained change numbered upTo (see
+// at the QoS it was granted, up to the retained change numbered scanTo (see
 // retainedStore).
 type retainedFor struct {
 	filter string
-	upTo   uint64
+	scanTo uint64
 	qos    byte
 }
 
