@@ -748,25 +748,15 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 		for _, m := range b.ob.takeMemory() {
 			_, _ = c.Publish(&Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
 		}
-		if time.Now().Before(b.recordHold) {
-			// A record failed lately: nothing QoS 2 may go without one.
-			select {
-			case <-ctx.Done():
-				b.ob.flushDeletes()
-				return
-			case <-c.Done():
-				b.ob.flushDeletes()
-				return
-			case <-tick.C:
-				b.alive()
-				continue
-			}
+		// A record failed lately: nothing QoS 2 may go without one.
+		held := time.Now().Before(b.recordHold)
+		if !held {
+			b.release(c)
 		}
-		b.release(c)
 		// Entries are read from the file in runs: with a full window
 		// waiting for a quarter of it to free up costs a little latency
 		// and saves a read transaction per acknowledgement.
-		if free, in := c.Window()-c.Inflight(), c.Inflight(); free > 0 && (in == 0 || free >= max(1, c.Window()/4)) && b.ob.pending() {
+		if free, in := c.Window()-c.Inflight(), c.Inflight(); !held && free > 0 && (in == 0 || free >= max(1, c.Window()/4)) && b.ob.pending() {
 			if n := pace.take(min(free, 64)); n > 0 {
 				entries := b.ob.next(n)
 				pids, ready := b.prepare(c, entries)
