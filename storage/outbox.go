@@ -48,19 +48,25 @@ func outboxPartsSize(p *messageParts) int {
 // OutboxPut adds entry e.Seq to bridge's outbox, or replaces it. Seq 0 is
 // refused at commit: a scan from the start would pass it by.
 func (b *Batch) OutboxPut(bridge string, e *OutboxEntry) {
-	name, buf := b.reserveOutbox(bridge, 8+outboxRecordSize(e))
-	binary.BigEndian.PutUint64(buf, e.Seq)
-	val := appendOutbox(buf[8:8], e)
-	b.ops = append(b.ops, op{kind: opOutboxPut, bucket: bucketOutbox, sub: name, key: buf[:8:8], val: val})
+	name, key, rec := b.reserveSeq(bridge, e.Seq, outboxRecordSize(e))
+	val := appendOutbox(rec, e)
+	b.ops = append(b.ops, op{kind: opOutboxPut, bucket: bucketOutbox, sub: name, key: key, val: val})
 	b.bytes += 8 + len(val)
 }
 
 // OutboxDelete removes entry seq from bridge's outbox; it is no error if
 // there is none.
 func (b *Batch) OutboxDelete(bridge string, seq uint64) {
-	name, k := b.reserveOutbox(bridge, 8)
-	binary.BigEndian.PutUint64(k, seq)
-	b.ops = append(b.ops, op{kind: opOutboxDelete, bucket: bucketOutbox, sub: name, key: k})
+	name, key, _ := b.reserveSeq(bridge, seq, 0)
+	b.ops = append(b.ops, op{kind: opOutboxDelete, bucket: bucketOutbox, sub: name, key: key})
+}
+
+// reserveSeq reserves a key for entry seq of bridge, written, and n bytes
+// after it for a record, returned empty with room for n.
+func (b *Batch) reserveSeq(bridge string, seq uint64, n int) (name, key, rec []byte) {
+	name, buf := b.reserveOutbox(bridge, 8+n)
+	binary.BigEndian.PutUint64(buf, seq)
+	return name, buf[:8:8], buf[8:8]
 }
 
 // OutboxDrop deletes bridge's whole outbox, for a bridge removed from the

@@ -35,9 +35,7 @@ const upflightRecordSize = 11
 
 // OutboxFlightPut records f for bridge, replacing any record of f.Seq.
 func (b *Batch) OutboxFlightPut(bridge string, f *OutboxFlight) {
-	name, buf := b.reserveOutbox(bridge, 8+upflightRecordSize)
-	binary.BigEndian.PutUint64(buf, f.Seq)
-	v := buf[8:8]
+	name, key, v := b.reserveSeq(bridge, f.Seq, upflightRecordSize)
 	v = binary.BigEndian.AppendUint16(v, f.PID)
 	var flags byte
 	if f.Released {
@@ -45,16 +43,15 @@ func (b *Batch) OutboxFlightPut(bridge string, f *OutboxFlight) {
 	}
 	v = append(v, flags)
 	v = binary.BigEndian.AppendUint64(v, f.Stamp)
-	b.ops = append(b.ops, op{kind: opOutboxPut, bucket: bucketUpflight, sub: name, key: buf[:8:8], val: v})
+	b.ops = append(b.ops, op{kind: opOutboxPut, bucket: bucketUpflight, sub: name, key: key, val: v})
 	b.bytes += 8 + len(v)
 }
 
 // OutboxFlightDelete removes the record of entry seq of bridge, if any.
 // OutboxDelete and OutboxDrop remove the records of what they delete.
 func (b *Batch) OutboxFlightDelete(bridge string, seq uint64) {
-	name, k := b.reserveOutbox(bridge, 8)
-	binary.BigEndian.PutUint64(k, seq)
-	b.ops = append(b.ops, op{kind: opOutboxDelete, bucket: bucketUpflight, sub: name, key: k})
+	name, key, _ := b.reserveSeq(bridge, seq, 0)
+	b.ops = append(b.ops, op{kind: opOutboxDelete, bucket: bucketUpflight, sub: name, key: key})
 }
 
 // decodeUpflight decodes one record; ok is false for damage.

@@ -231,17 +231,7 @@ func TestPersistDropOldest(t *testing.T) {
 	}
 	sb.restart()
 	c, _ := connectRaw(t, sb.addr, 5, "dropper", false, v5Expiry(3600))
-	var got []string
-	for {
-		pk, err := c.recv(500 * time.Millisecond)
-		if err != nil {
-			break
-		}
-		if pk.FixedHeader.Type == packets.Publish {
-			got = append(got, string(pk.Payload[:1]))
-			c.ackPublish(pk)
-		}
-	}
+	got := recvPrefixes(c, 1)
 	if len(got) == 0 || len(got) >= 10 || got[len(got)-1] != "9" {
 		t.Fatalf("after overflow got %v; want the newest few, ending with 9", got)
 	}
@@ -403,18 +393,24 @@ func TestPersistBudgetLoweredAcrossRestart(t *testing.T) {
 	pub, _ = connectRaw(t, sb.addr, 5, "lowerer", true, nil)
 	pub.publish(rawPublish("l/t", "NN"+pad, 1, false, 1))
 	c, _ := connectRaw(t, sb.addr, 5, "lowered", false, v5Expiry(3600))
+	got := recvPrefixes(c, 2)
+	if len(got) != queued || got[0] != "01" || got[len(got)-1] != "NN" {
+		t.Fatalf("got %d messages %v; want the %d restored ones but the oldest, then NN", len(got), got, queued)
+	}
+}
+
+// recvPrefixes takes the PUBLISHes c gets until none comes for 500 ms,
+// acknowledging each, and returns the first n bytes of their payloads.
+func recvPrefixes(c *rawClient, n int) []string {
 	var got []string
 	for {
 		pk, err := c.recv(500 * time.Millisecond)
 		if err != nil {
-			break
+			return got
 		}
 		if pk.FixedHeader.Type == packets.Publish {
-			got = append(got, string(pk.Payload[:2]))
+			got = append(got, string(pk.Payload[:n]))
 			c.ackPublish(pk)
 		}
-	}
-	if len(got) != queued || got[0] != "01" || got[len(got)-1] != "NN" {
-		t.Fatalf("got %d messages %v; want the %d restored ones but the oldest, then NN", len(got), got, queued)
 	}
 }
