@@ -61,6 +61,11 @@ type Bridge struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// inMu orders inbound delivery: the reader's messages and the
+	// backlog handed over when the in-routes open go one at a time, so
+	// none is held after the hand-over and none overtakes the backlog.
+	inMu sync.Mutex
+
 	mu         sync.Mutex
 	state      string
 	lastErr    string
@@ -612,9 +617,7 @@ func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
 		}
 	}
 	if len(rt.ins) == 0 {
-		b.mu.Lock()
-		b.open = true
-		b.mu.Unlock()
+		b.openRoutes(ctx)
 		return nil
 	}
 	info := c.Info()
@@ -654,6 +657,15 @@ func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
 			b.log.Warn("upstream refused an in-route subscription", "filter", subs[i].Filter, "reason", fmt.Sprintf("0x%02X", rc))
 		}
 	}
+	b.openRoutes(ctx)
+	return nil
+}
+
+// openRoutes marks the in-routes open and hands them the messages held
+// while they were not.
+func (b *Bridge) openRoutes(ctx context.Context) {
+	b.inMu.Lock()
+	defer b.inMu.Unlock()
 	b.mu.Lock()
 	b.open = true
 	held := b.held
@@ -667,13 +679,14 @@ func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
 			b.log.Warn("dropping an upstream message no in-route claims", "topic", m.Topic)
 		}
 	}
-	return nil
 }
 
 // onMessage handles a PUBLISH from the upstream, on the client's reader
 // goroutine: its acknowledgement waits until the local publish is done.
 func (b *Bridge) onMessage(m *Incoming) {
 	ctx := context.Background()
+	b.inMu.Lock()
+	defer b.inMu.Unlock()
 	b.mu.Lock()
 	open := b.open
 	b.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -527,17 +528,53 @@ func TestUnclaimedMessagesWait(t *testing.T) {
 	if len(b.held) != maxHeld || b.held[0].Topic != "cmd/10" {
 		t.Errorf("%d held, first %s; want %d, the oldest 10 dropped", len(b.held), b.held[0].Topic, maxHeld)
 	}
-	b.open = true
-	held := b.held
-	b.held = nil
-	for _, m := range held {
-		b.deliver(context.Background(), m)
-	}
+	b.openRoutes(context.Background())
 	if len(rec.topics) != maxHeld || rec.topics[0] != "local/10" {
 		t.Errorf("delivered %d, first %v; want %d from local/10", len(rec.topics), rec.topics[:1], maxHeld)
 	}
 	if st := b.Stats(); st.Dropped["unclaimed"] != 10 {
 		t.Errorf("unclaimed drops %d, want 10", st.Dropped["unclaimed"])
+	}
+}
+
+// TestMessagesWhileRoutesOpen: a message that arrives on the reader
+// while the in-routes are being opened is delivered, never left held,
+// and never ahead of the messages held before it.
+func TestMessagesWhileRoutesOpen(t *testing.T) {
+	cfg, err := config.Parse("h.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML("127.0.0.1:1", "    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg.Bridges[0], Options{Device: "gw1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingLocal{}
+	b.local = rec
+	ctx := context.Background()
+	for round := range 3000 {
+		rec.topics = rec.topics[:0]
+		b.mu.Lock()
+		b.open = false
+		b.mu.Unlock()
+		b.onMessage(&Incoming{Topic: "cmd/backlog", Payload: []byte("x"), QoS: 1})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.onMessage(&Incoming{Topic: "cmd/live", Payload: []byte("x"), QoS: 1})
+		}()
+		b.openRoutes(ctx)
+		wg.Wait()
+		rec.mu.Lock()
+		got := slices.Clone(rec.topics)
+		rec.mu.Unlock()
+		if !slices.Equal(got, []string{"local/backlog", "local/live"}) {
+			b.mu.Lock()
+			held := len(b.held)
+			b.mu.Unlock()
+			t.Fatalf("round %d: delivered %v with %d still held; want the backlog, then the live message", round, got, held)
+		}
 	}
 }
 
