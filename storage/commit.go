@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -41,6 +43,10 @@ type op struct {
 	sub    []byte // the outbox ops' bridge: the bucket nested in bucket
 	key    []byte
 	val    []byte
+	// guard, when set, makes the write conditional: it applies only if
+	// guard still holds want when the committer reaches it (see GuardLast).
+	guard *atomic.Uint64
+	want  uint64
 }
 
 // maxArenaChunk bounds the chunks a batch's arena grows by. Chunks double
@@ -193,6 +199,17 @@ func (b *Batch) validate() error {
 	return nil
 }
 
+// GuardLast makes the batch's last write conditional: it applies only if
+// v still holds want when the committer reaches it. Writers that number
+// their changes of one key in v keep the latest change in the file when
+// their batches reach the committer out of order.
+func (b *Batch) GuardLast(v *atomic.Uint64, want uint64) {
+	if len(b.ops) > 0 {
+		o := &b.ops[len(b.ops)-1]
+		o.guard, o.want = v, want
+	}
+}
+
 // Append adds other's writes after b's.
 func (b *Batch) Append(other *Batch) {
 	if other == nil {
@@ -342,6 +359,7 @@ func (db *DB) flush() {
 		start := time.Now()
 		err = db.apply(batch)
 		db.noteCommit(len(batch), time.Since(start), err)
+		db.sweepEarly(start)
 	}
 	for i := range batch {
 		if batch[i].done != nil {
@@ -373,7 +391,10 @@ func (db *DB) apply(batch []pending) error {
 		}()
 		for _, p := range batch {
 			for i := range p.b.ops {
-				d, err := applyOp(tx, &p.b.ops[i])
+				if g := p.b.ops[i].guard; g != nil && g.Load() != p.b.ops[i].want {
+					continue // a later change of the key is in the file or on its way
+				}
+				d, err := db.applyOp(tx, &p.b.ops[i])
 				if err != nil {
 					return err
 				}
@@ -394,7 +415,7 @@ func (db *DB) apply(batch []pending) error {
 
 // applyOp applies one write and returns how it changed the bytes held in
 // the queue bucket.
-func applyOp(tx *bolt.Tx, o *op) (int64, error) {
+func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 	bk := tx.Bucket(o.bucket)
 	if bk == nil {
 		return 0, fmt.Errorf("storage: bucket %q missing", o.bucket)
@@ -403,6 +424,9 @@ func applyOp(tx *bolt.Tx, o *op) (int64, error) {
 	var delta int64
 	switch o.kind {
 	case opOutboxPut:
+		if db.tookEarly(o) != nil {
+			return 0, nil // deleted before it arrived: superseded or dropped for room
+		}
 		// Damage can leave a record where a bucket belongs or the other
 		// way round, which Check and scans report. A put replaces it:
 		// failing would fail every commit grouped with this one, and the
@@ -435,7 +459,8 @@ func applyOp(tx *bolt.Tx, o *op) (int64, error) {
 		return 0, err
 	case opOutboxDelete:
 		nb := bk.Bucket(o.sub)
-		if nb == nil {
+		if nb == nil || nb.Get(o.key) == nil && nb.Bucket(o.key) == nil {
+			db.noteEarly(o, nil)
 			return 0, nil
 		}
 		err := nb.Delete(o.key)
@@ -466,14 +491,27 @@ func applyOp(tx *bolt.Tx, o *op) (int64, error) {
 		}
 		return 0, err
 	case opPut:
+		val := o.val
 		if queue {
+			if e := db.tookEarly(o); e != nil {
+				if e.deleted {
+					return 0, nil // acknowledged, or dropped, before it arrived
+				}
+				if len(val) >= 3 {
+					val = append(append([]byte(nil), e.patch...), val[3:]...)
+				}
+			}
 			delta -= int64(len(bk.Get(o.key)))
-			delta += int64(len(o.val))
+			delta += int64(len(val))
 		}
-		return delta, bk.Put(o.key, o.val)
+		return delta, bk.Put(o.key, val)
 	case opDelete:
 		if queue {
-			delta -= int64(len(bk.Get(o.key)))
+			old := bk.Get(o.key)
+			if old == nil {
+				db.noteEarly(o, nil)
+			}
+			delta -= int64(len(old))
 		}
 		return delta, bk.Delete(o.key)
 	case opDeletePrefix:
@@ -492,15 +530,117 @@ func applyOp(tx *bolt.Tx, o *op) (int64, error) {
 				return delta, err
 			}
 		}
+		if queue {
+			// A session that starts again numbers its queue from 1.
+			db.forgetEarly(o.key)
+		}
 		return delta, nil
 	case opPatchQueued:
 		old := bk.Get(o.key)
+		if old == nil {
+			// Not there yet, or gone already (acknowledged and
+			// dequeued): kept for the record in case it is still to come.
+			db.noteEarly(o, o.val)
+			return 0, nil
+		}
 		if len(old) < 3 {
-			// Gone already (acknowledged and dequeued): nothing to patch.
 			return 0, nil
 		}
 		v := append(append([]byte(nil), o.val...), old[3:]...)
 		return 0, bk.Put(o.key, v)
 	}
 	return 0, errors.New("storage: unknown write")
+}
+
+// earlyWrite is a write that reached the file before the queue or outbox
+// record it is for. A subscriber can acknowledge a message, and a bridge
+// can drop an entry to make room, before the batch that stores the record
+// has been handed to the committer: its publisher is still routing it.
+// Queue and outbox keys are sequence numbers, never reused, so a delete
+// that finds no record means the record, when it comes, is already gone;
+// a packet identifier patch is applied to it instead.
+type earlyWrite struct {
+	deleted bool
+	patch   []byte // the queue record's packet identifier and flags
+	at      time.Time
+}
+
+// Bounds of the early writes: the record they wait for is at most one
+// publish's routing behind, so a minute is ample; the count bounds the
+// memory a stream of deletes of records that never come can take.
+const (
+	earlyKeep = time.Minute
+	maxEarly  = 16384
+)
+
+// earlyKeyOf returns the early map's key of o's record, in scratch.
+func (db *DB) earlyKeyOf(o *op) []byte {
+	db.earlyKey = db.earlyKey[:0]
+	if o.kind == opOutboxPut || o.kind == opOutboxDelete {
+		// An outbox key is 8 bytes at the end: the bridge's name before
+		// it cannot be confused with a queue key, which starts with 'q'.
+		db.earlyKey = append(append(append(db.earlyKey, 'o'), o.sub...), o.key...)
+	} else {
+		db.earlyKey = append(append(db.earlyKey, 'q'), o.key...)
+	}
+	return db.earlyKey
+}
+
+// noteEarly records that o, a delete (patch nil) or a packet identifier
+// patch, found no record.
+func (db *DB) noteEarly(o *op, patch []byte) {
+	k := db.earlyKeyOf(o)
+	e := db.early[string(k)]
+	if e == nil {
+		if len(db.early) >= maxEarly {
+			return
+		}
+		if db.early == nil {
+			db.early = make(map[string]*earlyWrite)
+		}
+		e = &earlyWrite{}
+		db.early[string(k)] = e
+	}
+	e.at = time.Now()
+	if patch == nil {
+		e.deleted, e.patch = true, nil
+	} else if !e.deleted {
+		e.patch = append(e.patch[:0], patch...)
+	}
+}
+
+// tookEarly returns and forgets the early write for o's record, if any.
+func (db *DB) tookEarly(o *op) *earlyWrite {
+	if len(db.early) == 0 {
+		return nil
+	}
+	k := db.earlyKeyOf(o)
+	e := db.early[string(k)]
+	if e != nil {
+		delete(db.early, string(k))
+	}
+	return e
+}
+
+// forgetEarly forgets the early writes of the queue records under prefix.
+func (db *DB) forgetEarly(prefix []byte) {
+	for k := range db.early {
+		if len(k) > 0 && k[0] == 'q' && strings.HasPrefix(k[1:], string(prefix)) {
+			delete(db.early, k)
+		}
+	}
+}
+
+// sweepEarly forgets early writes whose record has not come within
+// earlyKeep, checking at most every few seconds.
+func (db *DB) sweepEarly(now time.Time) {
+	if len(db.early) == 0 || now.Sub(db.earlySwept) < 5*time.Second {
+		return
+	}
+	db.earlySwept = now
+	for k, e := range db.early {
+		if now.Sub(e.at) > earlyKeep {
+			delete(db.early, k)
+		}
+	}
 }

@@ -72,6 +72,13 @@ type DB struct {
 	stop     chan struct{}
 	loopDone chan struct{}
 
+	// early holds the queue and outbox records whose delete, or packet
+	// identifier patch, reached the file before the record did; only the
+	// committer uses it. See earlyWrite.
+	early      map[string]*earlyWrite
+	earlyKey   []byte // scratch for early's keys
+	earlySwept time.Time
+
 	queuedBytes atomic.Int64
 	stats       counters
 	errLog      atomic.Int64 // unix seconds of the last commit-failure log line

@@ -13,6 +13,15 @@
 //     into the next transaction: one fsync serves them all. An SD card
 //     manages a few hundred fsyncs a second; grouping keeps that the bound
 //     on transactions, not on publishes.
+//   - Callers build batches concurrently and commit them when they are
+//     done, so two batches that touch one record can arrive in the other
+//     order than their writers acted. Queue and outbox records are keyed
+//     by sequences that are never reused, so a Dequeue or OutboxDelete
+//     that finds no record is remembered for a minute (or until the
+//     session's queue is deleted): the record, when it comes, is not
+//     stored, and a SetInflight that finds none is applied to it when it
+//     comes. A retained write guarded with GuardLast applies only while
+//     its change is still the latest, so the later change is the one kept.
 //   - CommitLazy batches (what QoS 0 publishes change) never cause an
 //     fsync of their own: they ride with the next Commit, or go out
 //     within LazyDelay when none comes.

@@ -233,7 +233,7 @@ func (b *Broker) commitEffects(fx *effects, durable bool, done func(error)) {
 		if rc != nil {
 			// Only once handed over: retainedStore.tidy asks storage
 			// to report when what it was handed is applied.
-			rc.submitted.Store(seq)
+			rc.submit(seq)
 		}
 		if done != nil {
 			done(nil)

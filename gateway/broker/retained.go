@@ -55,10 +55,25 @@ type recentChange struct {
 	seq    uint64
 	inFile bool   // storage has applied it, or failed to: the file's value stands
 	asked  uint64 // the seq tidy last asked storage about
-	// submitted is the seq whose lazily committed batch has gone to
-	// storage: once it equals seq, storage.After can tell when the file
-	// has the change.
+	// submitted is the highest seq whose lazily committed batch has gone
+	// to storage: once it equals seq, storage.After can tell when the
+	// file has the change.
 	submitted atomic.Uint64
+	// ver is seq, readable by the committer: each stored write of the
+	// topic applies only while it is still the latest change, so that of
+	// two publishers' batches handed to storage in the opposite order of
+	// their changes, the file keeps the later change.
+	ver atomic.Uint64
+}
+
+// submit notes that the batch holding change seq has gone to storage.
+func (c *recentChange) submit(seq uint64) {
+	for {
+		cur := c.submitted.Load()
+		if cur >= seq || c.submitted.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // stored reports whether topic's retained message lives in storage:
@@ -107,6 +122,8 @@ func (r *retainedStore) change(m *message, fx *effects, match func()) {
 		if del {
 			c.m = nil
 		}
+		c.ver.Store(r.seq)
+		fx.batch.GuardLast(&c.ver, r.seq) // the write built above
 		fx.retained, fx.retainedSeq = c, r.seq
 	case del:
 		delete(r.topics, m.topic)

@@ -1,0 +1,113 @@
+package broker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/storage"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// A publish builds its batch while it routes, and hands it to storage only
+// once routing is done; meanwhile another publish, or a subscriber's
+// acknowledgement, can reach storage first. These tests hold a publish's
+// batch back, as a preempted publisher would, and check what the file
+// holds afterwards.
+
+// TestRetainedBatchesOutOfOrder: two retained publishes to one topic
+// whose batches reach storage in the opposite order of their routing
+// leave the later one retained, in memory and in the file, durable or
+// lazily committed.
+func TestRetainedBatchesOutOfOrder(t *testing.T) {
+	for _, durable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) {
+			sb := newStoredBroker(t, nil)
+			b := sb.tb.Broker
+			fxA, fxB := &effects{}, &effects{}
+			b.publish(newMessage("dev/state", []byte("older"), 1, true, nil, time.Now()), matcher.NoHandle, fxA)
+			b.publish(newMessage("dev/state", []byte("newer"), 1, true, nil, time.Now()), matcher.NoHandle, fxB)
+			done := make(chan error, 2)
+			b.commitEffects(fxB, durable, func(err error) { done <- err })
+			b.commitEffects(fxA, durable, func(err error) { done <- err })
+			for range 2 {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := sb.db.CommitWait(&storage.Batch{}); err != nil {
+				t.Fatal(err)
+			}
+			sb.db.After(func(error) { done <- nil })
+			<-done // both batches applied
+			check := func(when string) {
+				t.Helper()
+				var got []string
+				sb.tb.Broker.retained.match("dev/state", ^uint64(0), func(m *message) { got = append(got, string(m.payload)) })
+				if len(got) != 1 || got[0] != "newer" {
+					t.Errorf("%s: retained %q, want [newer], the one routed last", when, got)
+				}
+			}
+			// The in-memory copy of the change goes once the file has it.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				sb.tb.Broker.retained.tidy()
+				sb.tb.Broker.retained.mu.RLock()
+				n := len(sb.tb.Broker.retained.recent)
+				sb.tb.Broker.retained.mu.RUnlock()
+				if n == 0 || time.Now().After(deadline) {
+					if n != 0 {
+						t.Errorf("the change is still held in memory after 5 s")
+					}
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			check("from the file")
+			sb.restart()
+			check("after a restart")
+		})
+	}
+}
+
+// TestAckOvertakesEnqueue: a persistent subscriber acknowledges a QoS 1
+// message before the publish that queued it has handed its batch to
+// storage. The record must not be left in the queue: it would be sent
+// again after a restart and hold its bytes against the storage budget
+// until then.
+func TestAckOvertakesEnqueue(t *testing.T) {
+	sb := newStoredBroker(t, nil)
+	sub, _ := connectRaw(t, sb.addr, 5, "keeper", true, v5Expiry(3600))
+	sub.subscribe(1, packets.Subscription{Filter: "p/#", Qos: 1})
+	b := sb.tb.Broker
+
+	fx := &effects{}
+	b.publish(newMessage("p/t", []byte("early ack"), 1, false, nil, time.Now()), matcher.NoHandle, fx)
+	if fx.batch.Empty() {
+		t.Fatal("the publish stored nothing for the persistent subscriber")
+	}
+	sub.ackPublish(sub.expectPublish("p/t", "early ack", 1))
+	sub.ping() // the PUBACK has been read
+	applied := make(chan struct{})
+	sb.db.After(func(error) { close(applied) })
+	select {
+	case <-applied: // ...and the lazy Dequeue it made is in the file
+	case <-time.After(5 * time.Second):
+		t.Fatal("storage did not apply the acknowledgement within 5 s")
+	}
+	if err := sb.db.CommitWait(&fx.batch); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.db.QueuedBytes(); n != 0 {
+		t.Errorf("QueuedBytes %d after the acknowledgement, want 0", n)
+	}
+	sub.disconnect(0)
+	v5WaitOffline(t, b, "keeper")
+	sb.restart()
+	c, ack := connectRaw(t, sb.addr, 5, "keeper", false, v5Expiry(3600))
+	if !ack.SessionPresent {
+		t.Fatal("session not present after the restart")
+	}
+	c.expectNone(300 * time.Millisecond)
+}
