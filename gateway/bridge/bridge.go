@@ -100,6 +100,10 @@ type Bridge struct {
 	resumed                  uint64   // messages resent under their identifiers after a reconnect
 	client                   *Client  // the current link, nil while down
 	stale                    []string // in-route filters to unsubscribe on the next link
+	// relinks counts the reloads that replace the link: one that lands
+	// while run dials finds no client to close, and run, seeing the
+	// count moved, closes the link it dialled with the old settings.
+	relinks uint64
 }
 
 // routing is a bridge's configuration as compiled: swapped whole, so that
@@ -292,16 +296,19 @@ func (b *Bridge) Reconfigure(cfg config.Bridge) error {
 			stale = append(stale, o.filter)
 		}
 	}
+	replace := relink || len(stale) > 0 || len(old.ins) != len(ins)
+	b.mu.Lock()
 	b.rt.Store(rt)
-	if relink || len(stale) > 0 || len(old.ins) != len(ins) {
-		b.mu.Lock()
+	var c *Client
+	if replace {
+		b.relinks++
 		b.stale = append(b.stale, stale...)
-		c := b.client
-		b.mu.Unlock()
-		if c != nil {
-			b.log.Info("bridge reconfigured; replacing the link")
-			_ = c.Close()
-		}
+		c = b.client
+	}
+	b.mu.Unlock()
+	if c != nil {
+		b.log.Info("bridge reconfigured; replacing the link")
+		_ = c.Close()
 	}
 	return nil
 }
@@ -504,8 +511,13 @@ func (b *Bridge) run(ctx context.Context) {
 	// old: with a QoS 2 out-route its first connection starts clean (the
 	// outbox still resends everything unacknowledged).
 	first := true
+	defer b.flushHeld()
 	for ctx.Err() == nil {
+		b.mu.Lock()
 		rt := b.rt.Load()
+		relinks := b.relinks
+		down := b.state == StateDown
+		b.mu.Unlock()
 		backoff := Backoff{Min: rt.cfg.ReconnectMin, Max: rt.cfg.ReconnectMax}
 		opts := rt.copts
 		for _, r := range rt.outs {
@@ -513,9 +525,6 @@ func (b *Bridge) run(ctx context.Context) {
 				opts.CleanStart = true
 			}
 		}
-		b.mu.Lock()
-		down := b.state == StateDown
-		b.mu.Unlock()
 		if !down {
 			// While down, retries keep the state (and the log) quiet:
 			// one line when the link goes, one when it is back.
@@ -546,6 +555,14 @@ func (b *Bridge) run(ctx context.Context) {
 			}
 		}
 		b.mu.Lock()
+		if b.relinks != relinks {
+			// A reload came during the dial: this link has the old
+			// settings, and the reload found nothing to close.
+			b.mu.Unlock()
+			_ = c.Close()
+			b.log.Info("bridge reconfigured while connecting; connecting again")
+			continue
+		}
 		b.client = c
 		b.info = c.Info()
 		b.window = c.Window()
@@ -553,13 +570,16 @@ func (b *Bridge) run(ctx context.Context) {
 		b.mu.Unlock()
 		b.setState(StateConnected, nil)
 		b.connected(ctx, c)
+		// The link has ended unless ctx is done: it is closed before the
+		// in-routes are marked shut, so that no message the reader hands
+		// over meanwhile is held while its acknowledgement goes upstream.
+		_ = c.Close()
 		b.mu.Lock()
 		b.open = false
 		b.client = nil
 		b.mu.Unlock()
 		err = c.Err()
 		if ctx.Err() != nil {
-			_ = c.Close()
 			return
 		}
 		if err == nil {
@@ -668,6 +688,24 @@ func (b *Bridge) openRoutes(ctx context.Context) {
 	defer b.inMu.Unlock()
 	b.mu.Lock()
 	b.open = true
+	b.mu.Unlock()
+	b.deliverHeld(ctx)
+}
+
+// flushHeld delivers, when run ends, the messages still held: each was
+// acknowledged upstream as it was held, and no link opens the in-routes
+// for it any more. The routes claim them as they would have on the next
+// link.
+func (b *Bridge) flushHeld() {
+	b.inMu.Lock()
+	defer b.inMu.Unlock()
+	b.deliverHeld(context.Background())
+}
+
+// deliverHeld hands the held messages to the in-routes; the caller holds
+// inMu.
+func (b *Bridge) deliverHeld(ctx context.Context) {
+	b.mu.Lock()
 	held := b.held
 	b.held = nil
 	b.mu.Unlock()

@@ -1,10 +1,12 @@
 package bridge
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -755,5 +757,122 @@ func TestReconfigure(t *testing.T) {
 	defer mu.Unlock()
 	if len(local) != 1 || local[0] != "local/new" {
 		t.Errorf("local got %v, want only local/new: the removed in-route must be unsubscribed", local)
+	}
+}
+
+// TestReconfigureDuringDial: a reload that lands while the link is being
+// dialled, when there is no link yet to close, still replaces it: the
+// bridge ends up connected with the new settings, not with the link it
+// was dialling under the old ones.
+func TestReconfigureDuringDial(t *testing.T) {
+	oldUp := startMosquitto(t, MosquittoConfig{})
+	newUp := startMosquitto(t, MosquittoConfig{})
+	wOld := watch(t, oldUp.Addr(), "watcher", "up/#", false)
+	wNew := watch(t, newUp.Addr(), "watcher", "up/#", false)
+	proxy := newProxy(t, oldUp.Addr())
+	proxy.HoldUpAfter(0) // the CONNECT waits in the proxy: the dial is under way
+	routes := "    out:\n      - {filter: \"d/#\", topic: \"up/{2}\"}\n"
+	s := newSite(t, bridgeYAML(proxy.Addr(), routes), "")
+	waitFor(t, "the CONNECT at the proxy", func() bool { return proxy.Held() > 0 })
+
+	cfg, err := config.Parse("r.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML(newUp.Addr(), routes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.br.Reconfigure(cfg.Bridges[0]); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Thaw() // the dial under the old settings completes
+	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
+	if err := s.publish("d/x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message at the new upstream", func() bool { return wNew.count("up/x") == 1 })
+	if n := wOld.count("up/x"); n != 0 {
+		t.Errorf("the old upstream got %d messages after the reload", n)
+	}
+	if st := s.br.Stats(); st.Reconnects != 1 {
+		t.Errorf("%d connections counted, want 1: the link dialled before the reload is not one", st.Reconnects)
+	}
+}
+
+// TestStopDeliversHeldMessages: messages that came before the in-routes
+// opened were acknowledged upstream as they were held, so a stop before
+// the routes open delivers them locally rather than dropping them.
+// Mosquitto answers every SUBSCRIBE at once; the upstream here is a 3.1.1
+// test double that sends a session's backlog and never answers it.
+func TestStopDeliversHeldMessages(t *testing.T) {
+	const n = 5
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := make(chan uint16, n)
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(upWait))
+		r := bufio.NewReader(nc)
+		if fh, _, err := readPacket(r, 0); err != nil || fh.Type != 1 {
+			return
+		}
+		stream := []byte{0x20, 2, 1, 0} // CONNACK, session present
+		for i := range n {
+			pid := []byte{0, byte(i + 1)}
+			stream = append(stream, fuzzFrame(0x32, fuzzStr("cmd/"+strconv.Itoa(i)), pid, []byte("x"))...)
+		}
+		if _, err := nc.Write(stream); err != nil {
+			return
+		}
+		for {
+			fh, body, err := readPacket(r, 0)
+			if err != nil || fh.Type == 14 {
+				return
+			}
+			switch {
+			case fh.Type == 4 && len(body) >= 2:
+				acked <- uint16(body[0])<<8 | uint16(body[1])
+			case fh.Type == 12:
+				_, _ = nc.Write([]byte{0xD0, 0})
+			}
+		}
+	}()
+	cfg, err := config.Parse("h.yaml", []byte(fmt.Sprintf("bridges:\n  - name: cloud\n    address: %q\n    protocol: \"3.1.1\"\n    ack_timeout: 20s\n    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n", ln.Addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg.Bridges[0], Options{Device: "gw1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingLocal{}
+	b.Start(context.Background(), rec)
+	t.Cleanup(b.Stop)
+	for i := range n {
+		select {
+		case <-acked:
+		case <-time.After(upWait):
+			t.Fatalf("%d of %d messages acknowledged upstream", i, n)
+		}
+	}
+	b.Stop()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var want []string
+	for i := range n {
+		want = append(want, "local/"+strconv.Itoa(i))
+	}
+	if !slices.Equal(rec.topics, want) {
+		t.Errorf("delivered %v, want %v: each was acknowledged upstream", rec.topics, want)
 	}
 }
