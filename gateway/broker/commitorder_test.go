@@ -111,3 +111,35 @@ func TestAckOvertakesEnqueue(t *testing.T) {
 	}
 	c.expectNone(300 * time.Millisecond)
 }
+
+// TestPromotedQoS2WaitsForItsBatch: a QoS 2 message queued behind a full
+// window is promoted into it, by the client's completing the message
+// ahead, before the publish that stored it has handed its batch over. It
+// must not go to the client before that batch: a crash in between would
+// lose it unacknowledged, its publisher would send it again, and the
+// client would get it twice.
+func TestPromotedQoS2WaitsForItsBatch(t *testing.T) {
+	sb := newStoredBroker(t, nil)
+	sub, _ := connectRaw(t, sb.addr, 5, "keeper", true, func(pk *packets.Packet) {
+		v5SetExpiry(pk, 3600)
+		pk.Properties.ReceiveMaximum = 1
+	})
+	sub.subscribe(1, packets.Subscription{Filter: "p/#", Qos: 2})
+	pub, _ := connectRaw(t, sb.addr, 5, "writer", true, nil)
+	pub.publish(rawPublish("p/t", "first", 2, false, 1))
+	first := sub.expectPublish("p/t", "first", 2)
+
+	b := sb.tb.Broker
+	fx := &effects{}
+	b.publish(newMessage("p/t", []byte("second"), 2, false, nil, time.Now()), matcher.NoHandle, fx)
+	sub.ackPublish(first) // makes room: "second" is promoted
+	sub.expectNone(300 * time.Millisecond)
+
+	done := make(chan error, 1)
+	b.commitEffects(fx, true, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	sub.ackPublish(sub.expectPublish("p/t", "second", 2))
+	sub.quiet()
+}

@@ -214,6 +214,9 @@ type effects struct {
 	// retainedSeq its number: marked as handed to storage once batch is.
 	retained    *recentChange
 	retainedSeq uint64
+	// ticket, when QoS 2 messages stored in batch wait in a queue, tells
+	// them when batch has gone to storage.
+	ticket *ticket
 }
 
 // commitEffects commits fx: durably when durable is set or when QoS 2
@@ -221,6 +224,9 @@ type effects struct {
 // after the commit, on the committer's goroutine, or at once when there
 // is nothing to write; it must not block.
 func (b *Broker) commitEffects(fx *effects, durable bool, done func(error)) {
+	if t := fx.ticket; t != nil {
+		defer t.submit()
+	}
 	if b.store == nil || fx.batch.Empty() {
 		if done != nil {
 			done(nil)

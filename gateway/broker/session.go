@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
@@ -57,8 +59,49 @@ type delivery struct {
 	msg    *message
 	subIDs []uint32 // MQTT 5 subscription identifiers; nil for none
 	seq    uint64   // its place in a persistent session's stored queue, 0 otherwise
+	// stored is the ticket of the batch that stores a queued QoS 2
+	// delivery, until it goes to storage; nil otherwise. See fill.
+	stored *ticket
 	qos    byte
 	retain bool
+}
+
+// ticket tells when a publish's batch has gone to storage. A QoS 2
+// message queued for a persistent session keeps its publish's ticket:
+// fill, promoting it into the window before that batch has gone, commits
+// the packet identifier (and so sends the message) only after it, so
+// that the message is on disk before the client can have it. Otherwise a
+// crash could lose the message unacknowledged, its publisher would send
+// it again, and the client would get it twice.
+type ticket struct {
+	mu        sync.Mutex
+	submitted bool
+	then      []func()
+}
+
+// after runs fn once t's batch has gone to storage: at once when it has,
+// else on the goroutine that hands it over. fn must not block.
+func (t *ticket) after(fn func()) {
+	t.mu.Lock()
+	if !t.submitted {
+		t.then = append(t.then, fn)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	fn()
+}
+
+// submit notes that t's batch has gone to storage and runs what waited.
+func (t *ticket) submit() {
+	t.mu.Lock()
+	t.submitted = true
+	then := t.then
+	t.then = nil
+	t.mu.Unlock()
+	for _, fn := range then {
+		fn()
+	}
 }
 
 // flight is a QoS 1/2 message sent to a client and not yet acknowledged.
@@ -221,6 +264,12 @@ func (s *session) deliverStored(b *Broker, d delivery, fx *effects) {
 	if s.conn != nil && len(s.pending) == 0 && len(s.inflight) < s.window() {
 		q.PID = s.sendStored(b, d, fx).pid
 	} else {
+		if d.qos == 2 {
+			if fx.ticket == nil {
+				fx.ticket = &ticket{}
+			}
+			d.stored = fx.ticket
+		}
 		s.pending = append(s.pending, d)
 		s.pendingB += d.msg.size
 	}
@@ -300,6 +349,7 @@ func (s *session) fill() {
 	n := 0
 	stored := s.persistent(s.b)
 	var fx *effects
+	var waits []*ticket // of promoted QoS 2 messages whose batch has not gone yet
 	for n < len(s.pending) && len(s.inflight) < s.window() {
 		d := s.pending[n]
 		s.pending[n] = delivery{}
@@ -319,14 +369,35 @@ func (s *session) fill() {
 			fx.batch.Dequeue(s.id, d.seq)
 			continue
 		}
+		if t := d.stored; t != nil {
+			d.stored = nil
+			if !slices.Contains(waits, t) {
+				waits = append(waits, t)
+			}
+		}
 		f := s.sendStored(s.b, d, fx)
 		fx.batch.SetInflight(s.id, d.seq, f.pid, false)
 	}
 	if fx != nil {
 		// The packet identifiers given to promoted messages; submitted
 		// only, since the caller holds s.mu and a commit's callback
-		// (releasing QoS 2 flights) takes it.
-		defer s.b.commitLazy(fx)
+		// (releasing QoS 2 flights) takes it. Submitted after the
+		// batches that store the promoted QoS 2 messages: batches are
+		// applied in order, so the flights wait for those too.
+		commit := func() { s.b.commitLazy(fx) }
+		if len(waits) > 0 {
+			left := atomic.Int32{}
+			left.Store(int32(len(waits)) + 1)
+			commit = func() {
+				if left.Add(-1) == 0 {
+					s.b.commitLazy(fx)
+				}
+			}
+			for _, t := range waits {
+				t.after(commit)
+			}
+		}
+		defer commit()
 	}
 	if n > 0 {
 		// Slice forward rather than copy the rest down: draining a long
