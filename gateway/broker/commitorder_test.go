@@ -143,3 +143,66 @@ func TestPromotedQoS2WaitsForItsBatch(t *testing.T) {
 	sub.ackPublish(sub.expectPublish("p/t", "second", 2))
 	sub.quiet()
 }
+
+// TestFanOutLeavesNoQueueRecords: QoS 1 messages fanned out to many
+// persistent subscribers that acknowledge at once leave no record in the
+// stored queues. The first subscribers' acknowledgements routinely reach
+// storage before the publish that queued their message has handed its
+// batch over (it is still routing to the rest); each record left behind
+// would be sent again after a restart and hold its bytes against
+// storage.max_queued_bytes until then.
+func TestFanOutLeavesNoQueueRecords(t *testing.T) {
+	sb := newStoredBroker(t, nil)
+	const subs, msgs = 30, 1000
+	var cs []*rawClient
+	for i := range subs {
+		c, _ := connectRaw(t, sb.addr, 5, fmt.Sprint("fan-", i), true, v5Expiry(3600))
+		c.subscribe(1, packets.Subscription{Filter: "f/#", Qos: 1})
+		cs = append(cs, c)
+	}
+	errs := make(chan error, subs)
+	for i, c := range cs {
+		go func() {
+			// Not the test's goroutine: errors are sent back, never fatal.
+			for n := range msgs {
+				pk, err := c.recv(20 * time.Second)
+				if err == nil && pk.FixedHeader.Type != packets.Publish {
+					err = fmt.Errorf("got %s", rawDescribe(pk))
+				}
+				if err == nil {
+					_, err = c.nc.Write(c.encode(rawAck(packets.Puback, pk.PacketID, 0)))
+				}
+				if err != nil {
+					errs <- fmt.Errorf("subscriber %d, message %d: %w", i, n, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	pub, _ := connectRaw(t, sb.addr, 5, "fan-writer", true, nil)
+	for i := range msgs {
+		pub.publish(rawPublish("f/t", fmt.Sprint(i), 1, false, uint16(i+1)))
+	}
+	for range subs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cs {
+		c.ping() // its acknowledgements have been read
+	}
+	applied := make(chan struct{})
+	sb.db.After(func(error) { close(applied) })
+	<-applied
+	if n := sb.db.QueuedBytes(); n != 0 {
+		t.Errorf("QueuedBytes %d after every message was acknowledged, want 0", n)
+	}
+	left := 0
+	if err := sb.db.Load(func(st *storage.SessionState) error { left += len(st.Queue); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d queue records left after every message was acknowledged, want 0", left)
+	}
+}
