@@ -44,7 +44,7 @@ type op struct {
 	key    []byte
 	val    []byte
 	// guard, when set, makes the write conditional: it applies only if
-	// guard still holds want when the committer reaches it (see GuardLast).
+	// no write of a change numbered want or later has (see GuardLast).
 	guard *atomic.Uint64
 	want  uint64
 }
@@ -200,13 +200,16 @@ func (b *Batch) validate() error {
 }
 
 // GuardLast makes the batch's last write conditional: it applies only if
-// v still holds want when the committer reaches it. Writers that number
-// their changes of one key in v keep the latest change in the file when
-// their batches reach the committer out of order.
-func (b *Batch) GuardLast(v *atomic.Uint64, want uint64) {
+// no write guarded by v with a change numbered change or later has been
+// applied. The committer keeps in v the highest change applied, restored
+// if its transaction fails. Writers that number their changes of one key
+// thus keep the latest change in the file when their batches reach the
+// committer out of order, and an earlier change is never skipped for a
+// later one that is not yet in the file.
+func (b *Batch) GuardLast(v *atomic.Uint64, change uint64) {
 	if len(b.ops) > 0 {
 		o := &b.ops[len(b.ops)-1]
-		o.guard, o.want = v, want
+		o.guard, o.want = v, change
 	}
 }
 
@@ -391,8 +394,13 @@ func (db *DB) apply(batch []pending) error {
 		}()
 		for _, p := range batch {
 			for i := range p.b.ops {
-				if g := p.b.ops[i].guard; g != nil && g.Load() != p.b.ops[i].want {
-					continue // a later change of the key is in the file or on its way
+				if g := p.b.ops[i].guard; g != nil {
+					was := g.Load()
+					if was >= p.b.ops[i].want {
+						continue // a later change of the key is in the file
+					}
+					db.undo = append(db.undo, undo{guard: g, was: was})
+					g.Store(p.b.ops[i].want)
 				}
 				d, err := db.applyOp(tx, &p.b.ops[i])
 				if err != nil {
@@ -407,8 +415,10 @@ func (db *DB) apply(batch []pending) error {
 		return nil
 	})
 	if err != nil {
+		db.rollbackEarly()
 		return err
 	}
+	db.undo = db.undo[:0]
 	db.queuedBytes.Add(delta)
 	return nil
 }
@@ -450,6 +460,7 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 		}
 		return 0, err
 	case opOutboxOpen:
+		db.forgetEarly(o)
 		_, err := bk.CreateBucketIfNotExists(o.sub)
 		if errors.Is(err, berrors.ErrIncompatibleValue) {
 			if err = bk.Delete(o.sub); err == nil {
@@ -461,6 +472,8 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 		nb := bk.Bucket(o.sub)
 		if nb == nil || nb.Get(o.key) == nil && nb.Bucket(o.key) == nil {
 			db.noteEarly(o, nil)
+		}
+		if nb == nil {
 			return 0, nil
 		}
 		err := nb.Delete(o.key)
@@ -475,6 +488,7 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 		}
 		return 0, err
 	case opOutboxDrop:
+		db.forgetEarly(o)
 		if bytes.Equal(o.bucket, bucketOutbox) {
 			if err := dropUpflight(tx, o.sub); err != nil {
 				return 0, err
@@ -532,7 +546,7 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 		}
 		if queue {
 			// A session that starts again numbers its queue from 1.
-			db.forgetEarly(o.key)
+			db.forgetEarly(o)
 		}
 		return delta, nil
 	case opPatchQueued:
@@ -556,13 +570,25 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 // record it is for. A subscriber can acknowledge a message, and a bridge
 // can drop an entry to make room, before the batch that stores the record
 // has been handed to the committer: its publisher is still routing it.
-// Queue and outbox keys are sequence numbers, never reused, so a delete
-// that finds no record means the record, when it comes, is already gone;
-// a packet identifier patch is applied to it instead.
+// Queue keys are sequences a session never reuses until its queue is
+// deleted, outbox keys sequences a bridge never reuses until its outbox
+// is opened again, so a delete that finds no record means the record,
+// when it comes, is already gone; a packet identifier patch is applied to
+// it instead. Only the queue and outbox buckets have early writes; the
+// bridges' flight records do not.
 type earlyWrite struct {
 	deleted bool
 	patch   []byte // the queue record's packet identifier and flags
 	at      time.Time
+}
+
+// undo is how to take back one change to the early writes, or to a
+// write guard, when the transaction that made it fails.
+type undo struct {
+	key   string
+	prev  *earlyWrite // nil: key had none
+	guard *atomic.Uint64
+	was   uint64
 }
 
 // Bounds of the early writes: the record they wait for is at most one
@@ -573,40 +599,56 @@ const (
 	maxEarly  = 16384
 )
 
-// earlyKeyOf returns the early map's key of o's record, in scratch.
+// earlyKeyOf returns the early map's key of o's record, in scratch, or
+// nil when o's bucket has no early writes.
 func (db *DB) earlyKeyOf(o *op) []byte {
 	db.earlyKey = db.earlyKey[:0]
-	if o.kind == opOutboxPut || o.kind == opOutboxDelete {
-		// An outbox key is 8 bytes at the end: the bridge's name before
-		// it cannot be confused with a queue key, which starts with 'q'.
+	switch {
+	case bytes.Equal(o.bucket, bucketOutbox):
+		// The bridge's name, then the entry's 8-byte sequence (which
+		// forgetEarly's prefix leaves off).
 		db.earlyKey = append(append(append(db.earlyKey, 'o'), o.sub...), o.key...)
-	} else {
+	case bytes.Equal(o.bucket, bucketQueue):
 		db.earlyKey = append(append(db.earlyKey, 'q'), o.key...)
+	default:
+		return nil
 	}
 	return db.earlyKey
+}
+
+// setEarly replaces the early write of key, noting how to undo it.
+func (db *DB) setEarly(key string, e *earlyWrite) {
+	prev := db.early[key]
+	db.undo = append(db.undo, undo{key: key, prev: prev})
+	if e == nil {
+		delete(db.early, key)
+		return
+	}
+	if db.early == nil {
+		db.early = make(map[string]*earlyWrite)
+	}
+	db.early[key] = e
 }
 
 // noteEarly records that o, a delete (patch nil) or a packet identifier
 // patch, found no record.
 func (db *DB) noteEarly(o *op, patch []byte) {
 	k := db.earlyKeyOf(o)
-	e := db.early[string(k)]
-	if e == nil {
-		if len(db.early) >= maxEarly {
-			return
-		}
-		if db.early == nil {
-			db.early = make(map[string]*earlyWrite)
-		}
-		e = &earlyWrite{}
-		db.early[string(k)] = e
+	if k == nil {
+		return
 	}
-	e.at = time.Now()
+	e := &earlyWrite{at: time.Now()}
+	if prev := db.early[string(k)]; prev != nil {
+		e.deleted, e.patch = prev.deleted, prev.patch
+	} else if len(db.early) >= maxEarly {
+		return
+	}
 	if patch == nil {
 		e.deleted, e.patch = true, nil
 	} else if !e.deleted {
-		e.patch = append(e.patch[:0], patch...)
+		e.patch = bytes.Clone(patch)
 	}
+	db.setEarly(string(k), e)
 }
 
 // tookEarly returns and forgets the early write for o's record, if any.
@@ -615,20 +657,56 @@ func (db *DB) tookEarly(o *op) *earlyWrite {
 		return nil
 	}
 	k := db.earlyKeyOf(o)
+	if k == nil {
+		return nil
+	}
 	e := db.early[string(k)]
 	if e != nil {
-		delete(db.early, string(k))
+		db.setEarly(string(k), nil)
 	}
 	return e
 }
 
-// forgetEarly forgets the early writes of the queue records under prefix.
-func (db *DB) forgetEarly(prefix []byte) {
+// forgetEarly forgets the early writes of the records o's queue prefix,
+// or o's outbox, holds: they start numbering again.
+func (db *DB) forgetEarly(o *op) {
+	if len(db.early) == 0 {
+		return
+	}
+	var prefix string
+	switch {
+	case bytes.Equal(o.bucket, bucketOutbox):
+		prefix = "o" + string(o.sub)
+	case bytes.Equal(o.bucket, bucketQueue):
+		prefix = "q" + string(o.key)
+	default:
+		return
+	}
 	for k := range db.early {
-		if len(k) > 0 && k[0] == 'q' && strings.HasPrefix(k[1:], string(prefix)) {
-			delete(db.early, k)
+		// An outbox's keys are its prefix and 8 bytes: another bridge
+		// whose name starts with this one's has longer keys.
+		if strings.HasPrefix(k, prefix) && (prefix[0] == 'q' || len(k) == len(prefix)+8) {
+			db.setEarly(k, nil)
 		}
 	}
+}
+
+// rollbackEarly takes back what a failed transaction changed in the
+// early writes and the write guards.
+func (db *DB) rollbackEarly() {
+	for i := len(db.undo) - 1; i >= 0; i-- {
+		u := db.undo[i]
+		switch {
+		case u.guard != nil:
+			u.guard.Store(u.was)
+		case u.prev == nil:
+			delete(db.early, u.key)
+		default:
+			db.early[u.key] = u.prev
+		}
+	}
+	clear(db.undo)
+	db.undo = db.undo[:0]
 }
 
 // sweepEarly forgets early writes whose record has not come within

@@ -78,6 +78,7 @@ type DB struct {
 	early      map[string]*earlyWrite
 	earlyKey   []byte // scratch for early's keys
 	earlySwept time.Time
+	undo       []undo // what the transaction under way changed in early and in write guards
 
 	queuedBytes atomic.Int64
 	stats       counters

@@ -15,13 +15,17 @@
 //     on transactions, not on publishes.
 //   - Callers build batches concurrently and commit them when they are
 //     done, so two batches that touch one record can arrive in the other
-//     order than their writers acted. Queue and outbox records are keyed
-//     by sequences that are never reused, so a Dequeue or OutboxDelete
-//     that finds no record is remembered for a minute (or until the
-//     session's queue is deleted): the record, when it comes, is not
-//     stored, and a SetInflight that finds none is applied to it when it
-//     comes. A retained write guarded with GuardLast applies only while
-//     its change is still the latest, so the later change is the one kept.
+//     order than their writers acted. A session numbers its queue, and a
+//     bridge its outbox, with sequences it does not reuse until the queue
+//     is deleted (DeleteSession) or the outbox opened again (OutboxOpen,
+//     OutboxDrop). So a Dequeue or OutboxDelete that finds no record is
+//     remembered for a minute, up to 16,384 of them: the record, when it
+//     comes, is not stored; and a SetInflight that finds none is applied
+//     to the record when it comes. A retained write guarded with
+//     GuardLast applies only if no later change of its topic has been
+//     applied, so the later change is the one kept, and an earlier one is
+//     never skipped for a later one not yet in the file. A transaction
+//     that fails takes back what it did to either.
 //   - CommitLazy batches (what QoS 0 publishes change) never cause an
 //     fsync of their own: they ride with the next Commit, or go out
 //     within LazyDelay when none comes.

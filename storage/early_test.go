@@ -100,40 +100,127 @@ func TestEarlyOutboxDelete(t *testing.T) {
 
 // TestGuardedRetained: two changes of one retained topic whose batches
 // reach the committer in the opposite order of their numbers leave the
-// later change in the file.
+// later change in the file; a change whose batch comes first is written
+// even when a later one has been made but not yet written.
 func TestGuardedRetained(t *testing.T) {
 	db := openTemp(t, Options{})
-	var ver atomic.Uint64
-	set := func(payload string, seq uint64) *Batch {
+	var filed atomic.Uint64
+	set := func(payload string, change uint64) *Batch {
 		b := &Batch{}
 		b.SetRetained(&Message{Topic: "site/mode", Payload: []byte(payload), QoS: 1, Retain: true})
-		b.GuardLast(&ver, seq)
+		b.GuardLast(&filed, change)
 		return b
 	}
-	older := set("old", 1)
-	ver.Store(1)
-	newer := set("new", 2)
-	ver.Store(2)
-	for _, b := range []*Batch{newer, older} {
+	retained := func() string {
+		t.Helper()
+		m, err := db.Retained("site/mode")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m == nil {
+			return "none"
+		}
+		return string(m.Payload)
+	}
+	first, second, third := set("first", 1), set("second", 2), set("third", 3)
+	// The first change's batch comes first, with the later ones made
+	// but not handed over yet: it is written.
+	if err := db.CommitWait(first); err != nil {
+		t.Fatal(err)
+	}
+	if got := retained(); got != "first" {
+		t.Fatalf("retained %s after the first change's commit, want first", got)
+	}
+	for _, b := range []*Batch{third, second} {
 		if err := db.CommitWait(b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m, err := db.Retained("site/mode")
-	if err != nil {
-		t.Fatal(err)
+	if got := retained(); got != "third" {
+		t.Fatalf("retained %s, want third, the later of the two that came out of order", got)
 	}
-	if m == nil || string(m.Payload) != "new" {
-		t.Fatalf("retained %v, want the later change, new", m)
+	if filed.Load() != 3 {
+		t.Errorf("guard %d, want 3", filed.Load())
 	}
 	del := &Batch{}
 	del.DeleteRetained("site/mode")
-	del.GuardLast(&ver, 3)
-	ver.Store(3)
+	del.GuardLast(&filed, 4)
 	if err := db.CommitWait(del); err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := db.Retained("site/mode"); m != nil {
-		t.Errorf("retained %q after the guarded delete, want none", m.Payload)
+	if got := retained(); got != "none" {
+		t.Errorf("retained %s after the guarded delete, want none", got)
+	}
+}
+
+// TestEarlyWritesRollBack: a transaction that fails takes back what it
+// did to the early writes and to the write guards, so that a record or a
+// retained change it skipped is written when it comes again.
+func TestEarlyWritesRollBack(t *testing.T) {
+	db := openTemp(t, Options{})
+	var filed atomic.Uint64
+	fail := &Batch{}
+	fail.Dequeue("sub", 1)
+	fail.SetRetained(&Message{Topic: "site/mode", Payload: []byte("lost"), QoS: 1, Retain: true})
+	fail.GuardLast(&filed, 2)
+	// A write to a bucket the file does not have, which no Batch method
+	// builds, passes validation and fails the transaction after the others.
+	fail.put([]byte("no such bucket"), []byte("k"), []byte("v"))
+	if err := db.CommitWait(fail); err == nil {
+		t.Fatal("the transaction with a bad write committed")
+	}
+	if filed.Load() != 0 || len(db.early) != 0 {
+		t.Fatalf("after the failed commit: guard %d, %d early writes; want 0 and 0", filed.Load(), len(db.early))
+	}
+	ok := &Batch{}
+	ok.Enqueue("sub", queued(1, "kept"))
+	ok.SetRetained(&Message{Topic: "site/mode", Payload: []byte("kept"), QoS: 1, Retain: true})
+	ok.GuardLast(&filed, 1)
+	if err := db.CommitWait(ok); err != nil {
+		t.Fatal(err)
+	}
+	if keys := rawKeys(t, db, bucketQueue); len(keys) != 1 {
+		t.Errorf("queue keys %q, want the one record: the failed delete must not skip it", keys)
+	}
+	if m, _ := db.Retained("site/mode"); m == nil || string(m.Payload) != "kept" {
+		t.Errorf("retained %v, want kept: the failed change must not outrank it", m)
+	}
+}
+
+// TestEarlyWritesScope: the bridges' flight records have no early writes,
+// and opening an outbox again forgets those of its earlier entries.
+func TestEarlyWritesScope(t *testing.T) {
+	db := openTemp(t, Options{})
+	commit(t, db, func(b *Batch) {
+		b.OutboxFlightsOpen("cloud")
+		b.OutboxFlightDelete("cloud", 7)
+		b.OutboxDelete("cloud", 8)
+	})
+	if len(db.early) != 1 {
+		t.Fatalf("%d early writes, want 1: the outbox entry's, not the flight record's", len(db.early))
+	}
+	commit(t, db, func(b *Batch) {
+		b.OutboxPut("cloud", &OutboxEntry{Seq: 7, Msg: Message{Topic: "t", QoS: 2}})
+		b.OutboxFlightPut("cloud", &OutboxFlight{Seq: 7, PID: 3, Stamp: 1})
+		b.OutboxDelete("cloudy", 8) // another bridge: not forgotten below
+		b.OutboxOpen("cloud")
+		b.OutboxPut("cloud", &OutboxEntry{Seq: 8, Msg: Message{Topic: "t", QoS: 1}})
+	})
+	set, err := db.OutboxFlights("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Flights) != 1 || set.Flights[0].PID != 3 {
+		t.Errorf("flight records %+v, want the one of entry 7", set.Flights)
+	}
+	info, err := db.OutboxInfo("cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Count != 2 {
+		t.Errorf("%d entries, want 2: entry 8 came after the outbox was opened again", info.Count)
+	}
+	if len(db.early) != 1 {
+		t.Errorf("%d early writes, want 1, the other bridge's", len(db.early))
 	}
 }

@@ -69,6 +69,15 @@ func (b *Batch) reserveSeq(bridge string, seq uint64, n int) (name, key, rec []b
 	return name, buf[:8:8], buf[8:8]
 }
 
+// OutboxOpen creates bridge's outbox if it has none. A bridge opening its
+// outbox commits it before its first entry: its sequences may start again
+// from what the file holds, and deletes of entries the file never had are
+// forgotten (see the early writes in commit.go).
+func (b *Batch) OutboxOpen(bridge string) {
+	name, _ := b.reserveOutbox(bridge, 0)
+	b.ops = append(b.ops, op{kind: opOutboxOpen, bucket: bucketOutbox, sub: name})
+}
+
 // OutboxDrop deletes bridge's whole outbox, for a bridge removed from the
 // configuration.
 func (b *Batch) OutboxDrop(bridge string) {

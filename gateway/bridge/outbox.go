@@ -87,6 +87,11 @@ func newOutbox(db *storage.DB, name string, max int64, ttl time.Duration, routes
 		ob.alarm = append(ob.alarm, r.Class == config.ClassAlarm)
 	}
 	if db != nil {
+		// Numbering starts again from what the file holds: nothing of
+		// an earlier outbox of this name may apply to the new entries.
+		var open storage.Batch
+		open.OutboxOpen(name)
+		db.CommitLazy(&open)
 		info, err := db.OutboxInfo(name)
 		var bad *storage.OutboxDecodeError
 		if errors.As(err, &bad) {

@@ -59,11 +59,11 @@ type recentChange struct {
 	// to storage: once it equals seq, storage.After can tell when the
 	// file has the change.
 	submitted atomic.Uint64
-	// ver is seq, readable by the committer: each stored write of the
-	// topic applies only while it is still the latest change, so that of
-	// two publishers' batches handed to storage in the opposite order of
-	// their changes, the file keeps the later change.
-	ver atomic.Uint64
+	// filed is the latest change of the topic storage has applied, which
+	// the committer keeps: a stored write applies only if it is later,
+	// so that of two publishers' batches handed to storage in the
+	// opposite order of their changes, the file keeps the later change.
+	filed atomic.Uint64
 }
 
 // submit notes that the batch holding change seq has gone to storage.
@@ -122,8 +122,7 @@ func (r *retainedStore) change(m *message, fx *effects, match func()) {
 		if del {
 			c.m = nil
 		}
-		c.ver.Store(r.seq)
-		fx.batch.GuardLast(&c.ver, r.seq) // the write built above
+		fx.batch.GuardLast(&c.filed, r.seq) // the write built above
 		fx.retained, fx.retainedSeq = c, r.seq
 	case del:
 		delete(r.topics, m.topic)

@@ -381,23 +381,32 @@ func (s *session) fill() {
 	if fx != nil {
 		// The packet identifiers given to promoted messages; submitted
 		// only, since the caller holds s.mu and a commit's callback
-		// (releasing QoS 2 flights) takes it. Submitted after the
-		// batches that store the promoted QoS 2 messages: batches are
-		// applied in order, so the flights wait for those too.
-		commit := func() { s.b.commitLazy(fx) }
+		// (releasing QoS 2 flights) takes it.
 		if len(waits) > 0 {
+			// Promoted QoS 2 messages wait also for the batches that
+			// store them: once all have gone to storage, an empty
+			// commit after them (batches are applied in order) releases
+			// the flights. fx itself goes now, in order with the
+			// session's other writes.
+			rel := fx.release
+			fx.release = nil
 			left := atomic.Int32{}
 			left.Store(int32(len(waits)) + 1)
-			commit = func() {
+			b := s.b
+			release := func() {
 				if left.Add(-1) == 0 {
-					s.b.commitLazy(fx)
+					b.store.After(func(error) {
+						fx.release = rel
+						b.releaseFlights(fx)
+					})
 				}
 			}
 			for _, t := range waits {
-				t.after(commit)
+				t.after(release)
 			}
+			defer release() // after fx's commit below: deferred calls run last first
 		}
-		defer commit()
+		defer s.b.commitLazy(fx)
 	}
 	if n > 0 {
 		// Slice forward rather than copy the rest down: draining a long
