@@ -22,6 +22,8 @@ type Batch struct {
 
 	arena  []byte // what the outbox writes encode their keys and records into
 	bridge []byte // the bridge name the last outbox write used, in arena
+
+	guards []opGuard // in the order of their writes
 }
 
 type opKind uint8
@@ -43,10 +45,15 @@ type op struct {
 	sub    []byte // the outbox ops' bridge: the bucket nested in bucket
 	key    []byte
 	val    []byte
-	// guard, when set, makes the write conditional: it applies only if
-	// no write of a change numbered want or later has (see GuardLast).
-	guard *atomic.Uint64
-	want  uint64
+}
+
+// opGuard makes the batch's write at index op conditional: it applies
+// only if no write of a change numbered want or later has (see
+// GuardLast). Kept beside the writes, which are many, rather than in them.
+type opGuard struct {
+	op   int
+	v    *atomic.Uint64
+	want uint64
 }
 
 // maxArenaChunk bounds the chunks a batch's arena grows by. Chunks double
@@ -207,9 +214,12 @@ func (b *Batch) validate() error {
 // committer out of order, and an earlier change is never skipped for a
 // later one that is not yet in the file.
 func (b *Batch) GuardLast(v *atomic.Uint64, change uint64) {
-	if len(b.ops) > 0 {
-		o := &b.ops[len(b.ops)-1]
-		o.guard, o.want = v, change
+	if n := len(b.ops); n > 0 {
+		if k := len(b.guards); k > 0 && b.guards[k-1].op == n-1 {
+			b.guards[k-1] = opGuard{n - 1, v, change}
+			return
+		}
+		b.guards = append(b.guards, opGuard{n - 1, v, change})
 	}
 }
 
@@ -217,6 +227,10 @@ func (b *Batch) GuardLast(v *atomic.Uint64, change uint64) {
 func (b *Batch) Append(other *Batch) {
 	if other == nil {
 		return
+	}
+	for _, g := range other.guards {
+		g.op += len(b.ops)
+		b.guards = append(b.guards, g)
 	}
 	b.ops = append(b.ops, other.ops...)
 	b.bytes += other.bytes
@@ -393,14 +407,17 @@ func (db *DB) apply(batch []pending) error {
 			}
 		}()
 		for _, p := range batch {
+			guards := p.b.guards
 			for i := range p.b.ops {
-				if g := p.b.ops[i].guard; g != nil {
-					was := g.Load()
-					if was >= p.b.ops[i].want {
+				if len(guards) > 0 && guards[0].op == i {
+					g := guards[0]
+					guards = guards[1:]
+					was := g.v.Load()
+					if was >= g.want {
 						continue // a later change of the key is in the file
 					}
-					db.undo = append(db.undo, undo{guard: g, was: was})
-					g.Store(p.b.ops[i].want)
+					db.undo = append(db.undo, undo{guard: g.v, was: was})
+					g.v.Store(g.want)
 				}
 				d, err := db.applyOp(tx, &p.b.ops[i])
 				if err != nil {

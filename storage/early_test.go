@@ -131,7 +131,12 @@ func TestGuardedRetained(t *testing.T) {
 	if got := retained(); got != "first" {
 		t.Fatalf("retained %s after the first change's commit, want first", got)
 	}
-	for _, b := range []*Batch{third, second} {
+	// The second change rides after another write, appended: its guard
+	// must follow it, and skip it, not the write before it.
+	carrier := &Batch{}
+	carrier.PutSession(&Session{ClientID: "carrier", Expiry: time.Hour})
+	carrier.Append(second)
+	for _, b := range []*Batch{third, carrier} {
 		if err := db.CommitWait(b); err != nil {
 			t.Fatal(err)
 		}
@@ -141,6 +146,9 @@ func TestGuardedRetained(t *testing.T) {
 	}
 	if filed.Load() != 3 {
 		t.Errorf("guard %d, want 3", filed.Load())
+	}
+	if _, ok := loadAll(t, db)["carrier"]; !ok {
+		t.Error("the write before the skipped one was not applied")
 	}
 	del := &Batch{}
 	del.DeleteRetained("site/mode")

@@ -206,3 +206,45 @@ func TestFanOutLeavesNoQueueRecords(t *testing.T) {
 		t.Errorf("%d queue records left after every message was acknowledged, want 0", left)
 	}
 }
+
+// TestUnstoredTicketsSwept: the tickets a session keeps for its pending
+// QoS 2 messages do not pile up once their batches have gone to storage,
+// however long the queue of a client that stays away.
+func TestUnstoredTicketsSwept(t *testing.T) {
+	sb := newStoredBroker(t, nil)
+	sub, _ := connectRaw(t, sb.addr, 5, "away", true, v5Expiry(3600))
+	sub.subscribe(1, packets.Subscription{Filter: "q/#", Qos: 2})
+	sub.disconnect(0)
+	v5WaitOffline(t, sb.tb.Broker, "away")
+	pub, _ := connectRaw(t, sb.addr, 5, "writer", true, nil)
+	const n = 300
+	for i := range n {
+		pub.publish(rawPublish("q/t", fmt.Sprint(i), 2, false, uint16(i+1)))
+	}
+	b := sb.tb.Broker
+	b.mu.Lock()
+	s := b.sessions["away"]
+	b.mu.Unlock()
+	s.mu.Lock()
+	pending, kept := len(s.pending), len(s.unstored)
+	s.mu.Unlock()
+	if pending != n {
+		t.Fatalf("%d pending, want %d", pending, n)
+	}
+	if kept > 64 {
+		t.Errorf("%d tickets kept for %d pending messages whose batches have all gone, want at most 64", kept, n)
+	}
+	c, _ := connectRaw(t, sb.addr, 5, "away", false, func(pk *packets.Packet) {
+		v5SetExpiry(pk, 3600)
+		pk.Properties.ReceiveMaximum = 1 // one QoS 2 exchange at a time
+	})
+	for i := range n {
+		c.ackPublish(c.expectPublish("q/t", fmt.Sprint(i), 2))
+	}
+	s.mu.Lock()
+	kept = len(s.unstored)
+	s.mu.Unlock()
+	if kept != 0 {
+		t.Errorf("%d tickets kept once the queue was delivered, want 0", kept)
+	}
+}

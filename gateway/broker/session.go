@@ -33,9 +33,14 @@ type session struct {
 	// broker.max_queued_bytes (a budget lowered, or counted differently,
 	// since they were queued): they are kept, and only new messages wait
 	// for room, until delivery brings the queue back under its budget.
-	grace   int
-	nextPID uint16
-	nextSeq uint64 // orders a persistent session's stored queue
+	grace int
+	// unstored holds, by seq, the tickets of the batches that store the
+	// pending QoS 2 messages, until fill promotes them (see ticket);
+	// those whose batch has gone are swept when it reaches sweepAt.
+	unstored map[uint64]*ticket
+	sweepAt  int
+	nextPID  uint16
+	nextSeq  uint64 // orders a persistent session's stored queue
 	// awaitingRel holds the packet identifiers of QoS 2 PUBLISHes received
 	// and routed, whose PUBREL has not come yet [MQTT-4.3.3-10].
 	awaitingRel map[uint16]struct{}
@@ -59,16 +64,14 @@ type delivery struct {
 	msg    *message
 	subIDs []uint32 // MQTT 5 subscription identifiers; nil for none
 	seq    uint64   // its place in a persistent session's stored queue, 0 otherwise
-	// stored is the ticket of the batch that stores a queued QoS 2
-	// delivery, until it goes to storage; nil otherwise. See fill.
-	stored *ticket
 	qos    byte
 	retain bool
 }
 
 // ticket tells when a publish's batch has gone to storage. A QoS 2
-// message queued for a persistent session keeps its publish's ticket:
-// fill, promoting it into the window before that batch has gone, commits
+// message queued for a persistent session keeps its publish's ticket, in
+// session.unstored: fill, promoting it into the window before that batch
+// has gone, commits
 // the packet identifier (and so sends the message) only after it, so
 // that the message is on disk before the client can have it. Otherwise a
 // crash could lose the message unacknowledged, its publisher would send
@@ -90,6 +93,13 @@ func (t *ticket) after(fn func()) {
 	}
 	t.mu.Unlock()
 	fn()
+}
+
+// gone reports whether t's batch has gone to storage.
+func (t *ticket) gone() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.submitted
 }
 
 // submit notes that t's batch has gone to storage and runs what waited.
@@ -268,7 +278,18 @@ func (s *session) deliverStored(b *Broker, d delivery, fx *effects) {
 			if fx.ticket == nil {
 				fx.ticket = &ticket{}
 			}
-			d.stored = fx.ticket
+			if s.unstored == nil {
+				s.unstored = make(map[uint64]*ticket)
+			}
+			if len(s.unstored) >= max(s.sweepAt, 64) {
+				for seq, t := range s.unstored {
+					if t.gone() {
+						delete(s.unstored, seq)
+					}
+				}
+				s.sweepAt = 2 * len(s.unstored)
+			}
+			s.unstored[d.seq] = fx.ticket
 		}
 		s.pending = append(s.pending, d)
 		s.pendingB += d.msg.size
@@ -366,11 +387,12 @@ func (s *session) fill() {
 			fx = &effects{}
 		}
 		if d.msg.expired(now) {
+			delete(s.unstored, d.seq)
 			fx.batch.Dequeue(s.id, d.seq)
 			continue
 		}
-		if t := d.stored; t != nil {
-			d.stored = nil
+		if t := s.unstored[d.seq]; t != nil {
+			delete(s.unstored, d.seq)
 			if !slices.Contains(waits, t) {
 				waits = append(waits, t)
 			}
