@@ -71,11 +71,10 @@ type delivery struct {
 // ticket tells when a publish's batch has gone to storage. A QoS 2
 // message queued for a persistent session keeps its publish's ticket, in
 // session.unstored: fill, promoting it into the window before that batch
-// has gone, commits
-// the packet identifier (and so sends the message) only after it, so
-// that the message is on disk before the client can have it. Otherwise a
-// crash could lose the message unacknowledged, its publisher would send
-// it again, and the client would get it twice.
+// has gone, sends it only after that batch is in the file, so that the
+// client cannot have a message a crash could still lose. Otherwise its
+// publisher, never acknowledged, would send it again, and the client
+// would get it twice.
 type ticket struct {
 	mu        sync.Mutex
 	submitted bool
