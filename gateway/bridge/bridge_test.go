@@ -507,10 +507,10 @@ func (r *recordingLocal) Publish(_ context.Context, topic string, _ []byte, _ by
 	return nil
 }
 
-// TestUnclaimedMessagesWait: messages that arrive before the in-routes
-// are open (a resumed session's backlog) wait, at most maxHeld of them,
-// and are delivered once the routes open.
-func TestUnclaimedMessagesWait(t *testing.T) {
+// newRecordingBridge returns a bridge, never started, with one in-route
+// (cmd/# to local/{2}) whose local publishes rec records.
+func newRecordingBridge(t *testing.T) (*Bridge, *recordingLocal) {
+	t.Helper()
 	cfg, err := config.Parse("h.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML("127.0.0.1:1", "    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n")))
 	if err != nil {
 		t.Fatal(err)
@@ -521,6 +521,14 @@ func TestUnclaimedMessagesWait(t *testing.T) {
 	}
 	rec := &recordingLocal{}
 	b.local = rec
+	return b, rec
+}
+
+// TestUnclaimedMessagesWait: messages that arrive before the in-routes
+// are open (a resumed session's backlog) wait, at most maxHeld of them,
+// and are delivered once the routes open.
+func TestUnclaimedMessagesWait(t *testing.T) {
+	b, rec := newRecordingBridge(t)
 	for i := range maxHeld + 10 {
 		b.onMessage(&Incoming{Topic: "cmd/" + strconv.Itoa(i), Payload: []byte("x"), QoS: 1})
 	}
@@ -543,16 +551,7 @@ func TestUnclaimedMessagesWait(t *testing.T) {
 // while the in-routes are being opened is delivered, never left held,
 // and never ahead of the messages held before it.
 func TestMessagesWhileRoutesOpen(t *testing.T) {
-	cfg, err := config.Parse("h.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML("127.0.0.1:1", "    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(cfg.Bridges[0], Options{Device: "gw1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recordingLocal{}
-	b.local = rec
+	b, rec := newRecordingBridge(t)
 	ctx := context.Background()
 	for round := range 3000 {
 		rec.topics = rec.topics[:0]
