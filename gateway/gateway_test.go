@@ -21,6 +21,9 @@ func TestRunReturnsWhenContextCancelled(t *testing.T) {
 	done := make(chan error, 1)
 	cfg := config.Default()
 	cfg.Listeners[0].Address = "127.0.0.1:0"
+	// The default ops port is the one cmd/fieldgate's tests of the
+	// embedded defaults bind, perhaps at this moment.
+	cfg.Ops.Address = ""
 	cfg.Storage.Path = t.TempDir() + "/state.db"
 	go func() { done <- Run(ctx, cfg, log, "test") }()
 
@@ -59,6 +62,7 @@ func TestRunReportsListenerInUse(t *testing.T) {
 	defer l.Close()
 	cfg := config.Default()
 	cfg.Listeners[0].Address = l.Addr().String()
+	cfg.Ops.Address = ""
 	cfg.Storage.Path = t.TempDir() + "/state.db"
 	err = Run(context.Background(), cfg, nil, "test")
 	if err == nil || !strings.Contains(err.Error(), `listener "default"`) {

@@ -185,7 +185,7 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 		stopped string // how the stop line looks in this log format
 	}{
 		{"embedded text log", "", `msg="fieldgate stopped"`},
-		{"file json log", "log:\n  format: json\nstorage:\n  path: state.db\nlisteners:\n  - {name: t, type: tcp, address: 127.0.0.1:0}\n", `"msg":"fieldgate stopped"`},
+		{"file json log", "log:\n  format: json\nstorage:\n  path: state.db\nlisteners:\n  - {name: t, type: tcp, address: 127.0.0.1:0}\nops: {address: \"\"}\n", `"msg":"fieldgate stopped"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := []string{"run"}
