@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -507,11 +506,14 @@ func (r *recordingLocal) Publish(_ context.Context, topic string, _ []byte, _ by
 	return nil
 }
 
-// newRecordingBridge returns a bridge, never started, with one in-route
-// (cmd/# to local/{2}) whose local publishes rec records.
-func newRecordingBridge(t *testing.T) (*Bridge, *recordingLocal) {
+// cmdRoute is the in-route of the recording bridges: cmd/# to local/{2}.
+const cmdRoute = "    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n"
+
+// newRecordingBridge returns a bridge, not started, configured by body
+// (a bridge's keys after its name), whose local publishes rec records.
+func newRecordingBridge(t *testing.T, body string) (*Bridge, *recordingLocal) {
 	t.Helper()
-	cfg, err := config.Parse("h.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML("127.0.0.1:1", "    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n")))
+	cfg, err := config.Parse("h.yaml", []byte("bridges:\n  - name: cloud\n"+body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +530,7 @@ func newRecordingBridge(t *testing.T) (*Bridge, *recordingLocal) {
 // are open (a resumed session's backlog) wait, at most maxHeld of them,
 // and are delivered once the routes open.
 func TestUnclaimedMessagesWait(t *testing.T) {
-	b, rec := newRecordingBridge(t)
+	b, rec := newRecordingBridge(t, bridgeYAML("127.0.0.1:1", cmdRoute))
 	for i := range maxHeld + 10 {
 		b.onMessage(&Incoming{Topic: "cmd/" + strconv.Itoa(i), Payload: []byte("x"), QoS: 1})
 	}
@@ -551,7 +553,7 @@ func TestUnclaimedMessagesWait(t *testing.T) {
 // while the in-routes are being opened is delivered, never left held,
 // and never ahead of the messages held before it.
 func TestMessagesWhileRoutesOpen(t *testing.T) {
-	b, rec := newRecordingBridge(t)
+	b, rec := newRecordingBridge(t, bridgeYAML("127.0.0.1:1", cmdRoute))
 	ctx := context.Background()
 	for round := range 3000 {
 		rec.topics = rec.topics[:0]
@@ -802,16 +804,8 @@ func TestReconfigureDuringDial(t *testing.T) {
 // test double that sends a session's backlog and never answers it.
 func TestStopDeliversHeldMessages(t *testing.T) {
 	const n = 5
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, wg := listenLoopback(t)
 	acked := make(chan uint16, n)
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -846,15 +840,7 @@ func TestStopDeliversHeldMessages(t *testing.T) {
 			}
 		}
 	}()
-	cfg, err := config.Parse("h.yaml", []byte(fmt.Sprintf("bridges:\n  - name: cloud\n    address: %q\n    protocol: \"3.1.1\"\n    ack_timeout: 20s\n    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n", ln.Addr())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(cfg.Bridges[0], Options{Device: "gw1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recordingLocal{}
+	b, rec := newRecordingBridge(t, fmt.Sprintf("    address: %q\n    protocol: \"3.1.1\"\n    ack_timeout: 20s\n", ln.Addr())+cmdRoute)
 	b.Start(context.Background(), rec)
 	t.Cleanup(b.Stop)
 	for i := range n {

@@ -157,18 +157,26 @@ type fake311 struct {
 	versions []byte // the protocol version of each CONNECT, in order
 }
 
-func startFake311(t *testing.T, mode string) *fake311 {
+// listenLoopback listens on a free loopback port until the test ends;
+// the test's cleanup closes it and waits for the goroutines added to wg.
+func listenLoopback(t *testing.T) (net.Listener, *sync.WaitGroup) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fake311{ln: ln}
-	var wg sync.WaitGroup
+	wg := &sync.WaitGroup{}
 	t.Cleanup(func() {
 		ln.Close()
 		wg.Wait()
 	})
+	return ln, wg
+}
+
+func startFake311(t *testing.T, mode string) *fake311 {
+	t.Helper()
+	ln, wg := listenLoopback(t)
+	f := &fake311{ln: ln}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
