@@ -2,9 +2,10 @@
 // storage, the MQTT broker and its listeners, the sensor poller, the cloud
 // bridge and the ops endpoint, started in that order and stopped in reverse.
 //
-// Components join the assembly as they are built. Today it opens the state
-// file, runs the broker on the configured listeners and polls the sensors
-// into it; the bridge and the ops endpoint join in later steps.
+// It is also where the parts meet: the adapters that give the bridge its
+// bridge.Local on the broker, the ops endpoint its ops.Sources, and systemd
+// its progress signals live here, so that no part imports another. A reload
+// (SIGHUP) applies what can change live and reports what needs a restart.
 package gateway
 
 import (

@@ -11,7 +11,7 @@
 #     own licence file, except Apache-2.0, which Debian keeps in
 #     /usr/share/common-licenses), plus the module's NOTICE, which the
 #     Apache licence asks to be passed on;
-#   - a standalone Apache-2.0 paragraph when a module needs it.
+#   - the standalone Apache-2.0 paragraph, fieldgate's own licence.
 #
 # Nothing is guessed: a module packaging/licences does not list, or whose
 # licence file no longer has the hash recorded there, stops the build.
@@ -154,7 +154,9 @@ while read -r module version; do
 done <<<"$modules"
 
 cat "$here/copyright.in"
-need_apache=false
+# fieldgate's own paragraph (copyright.in) is Apache-2.0, so the licence's
+# standalone paragraph is always there.
+need_apache=true
 for key in "${order[@]}"; do
 	licence=${group_licence[$key]}
 	echo
