@@ -27,7 +27,7 @@ FUZZ_TARGETS := \
 	./matcher:FuzzIndex ./matcher:FuzzValidate ./matcher:FuzzSubscribeOptions \
 	./gateway/broker:FuzzConnReader ./gateway/broker:FuzzStoredMessage ./gateway/broker:FuzzRestore \
 	./gateway/broker/auth:FuzzPasswordFile ./gateway/broker/auth:FuzzACL \
-	./gateway/bridge:FuzzClientStream ./gateway/bridge:FuzzTemplate \
+	./gateway/bridge/mqttclient:FuzzClientStream ./gateway/bridge:FuzzTemplate \
 	./gateway/config:FuzzParse ./gateway/ops:FuzzRequest \
 	./storage:FuzzDecode ./storage:FuzzStateFile \
 	./sensors:FuzzW1Slave ./sensors:FuzzCommand ./sensors:FuzzSHTWords ./sensors:FuzzI2CDevices \

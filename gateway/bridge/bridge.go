@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
@@ -70,9 +71,9 @@ type Bridge struct {
 	state      string
 	lastErr    string
 	since      time.Time
-	info       Info
+	info       mqttclient.Info
 	open       bool // the in-routes are subscribed
-	held       []*Incoming
+	held       []*mqttclient.Incoming
 	reconnects uint64
 	sent       uint64
 	acked      uint64
@@ -96,10 +97,10 @@ type Bridge struct {
 	// back until recordHold, and is logged at most once per recordWarnEvery;
 	// both belong to the run goroutine.
 	recordHold, recordWarned time.Time
-	received                 Received // inbound QoS 2 identifiers, across reconnects
-	resumed                  uint64   // messages resent under their identifiers after a reconnect
-	client                   *Client  // the current link, nil while down
-	stale                    []string // in-route filters to unsubscribe on the next link
+	received                 mqttclient.Received // inbound QoS 2 identifiers, across reconnects
+	resumed                  uint64              // messages resent under their identifiers after a reconnect
+	client                   *mqttclient.Client  // the current link, nil while down
+	stale                    []string            // in-route filters to unsubscribe on the next link
 	// relinks counts the reloads that replace the link: one that lands
 	// while run dials finds no client to close, and run, seeing the
 	// count moved, closes the link it dialled with the old settings.
@@ -112,7 +113,7 @@ type routing struct {
 	cfg    config.Bridge
 	outs   []outRoute
 	ins    []inRoute
-	copts  ClientOptions
+	copts  mqttclient.Options
 	online *outRoute // the out-route that carries the availability topic
 	remote string    // its remote topic
 }
@@ -254,7 +255,7 @@ func (b *Bridge) compile(cfg config.Bridge, outs []outRoute, ins []inRoute) (*ro
 			if matcher.Matches(outs[i].filter, a) {
 				if remote, ok := outs[i].topic.render(a); ok {
 					rt.online, rt.remote = &outs[i], remote
-					rt.copts.Will = &Will{Topic: remote, Payload: []byte("offline"), QoS: 1, Retain: true}
+					rt.copts.Will = &mqttclient.Will{Topic: remote, Payload: []byte("offline"), QoS: 1, Retain: true}
 				}
 				break
 			}
@@ -299,7 +300,7 @@ func (b *Bridge) Reconfigure(cfg config.Bridge) error {
 	replace := relink || len(stale) > 0 || len(old.ins) != len(ins)
 	b.mu.Lock()
 	b.rt.Store(rt)
-	var c *Client
+	var c *mqttclient.Client
 	if replace {
 		b.relinks++
 		b.stale = append(b.stale, stale...)
@@ -331,8 +332,8 @@ func (b *Bridge) Name() string { return b.name }
 func (b *Bridge) LocalID() string { return "fieldgate-bridge-" + b.name }
 
 // clientOptions turns the configuration into the upstream client's options.
-func clientOptions(c config.Bridge, device string) (ClientOptions, error) {
-	o := ClientOptions{
+func clientOptions(c config.Bridge, device string) (mqttclient.Options, error) {
+	o := mqttclient.Options{
 		Address: c.Address, ClientID: c.ClientID, Username: c.Username,
 		KeepAlive: c.KeepAlive, SessionExpiry: c.SessionExpiry, ConnectTimeout: c.AckTimeout,
 		AckTimeout: c.AckTimeout, MaxInflight: c.MaxInflight,
@@ -530,7 +531,7 @@ func (b *Bridge) run(ctx context.Context) {
 			// one line when the link goes, one when it is back.
 			b.setState(StateConnecting, nil)
 		}
-		c, err := Dial(ctx, opts)
+		c, err := mqttclient.Dial(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -591,7 +592,7 @@ func (b *Bridge) run(ctx context.Context) {
 
 // connected runs one connection: the in-routes are subscribed, the
 // availability marked online, and the outbox sent until the link ends.
-func (b *Bridge) connected(ctx context.Context, c *Client) {
+func (b *Bridge) connected(ctx context.Context, c *mqttclient.Client) {
 	if !b.resume(c) {
 		_ = c.Close()
 		return
@@ -620,7 +621,7 @@ func (b *Bridge) connected(ctx context.Context, c *Client) {
 
 // subscribe opens the in-routes, giving overlapping filters their
 // subscription identifiers, then hands held messages to them.
-func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
+func (b *Bridge) subscribe(ctx context.Context, c *mqttclient.Client) error {
 	rt := b.rt.Load()
 	b.mu.Lock()
 	stale := b.stale
@@ -641,7 +642,7 @@ func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
 		return nil
 	}
 	info := c.Info()
-	var subs []Subscription
+	var subs []mqttclient.Subscription
 	skip := map[int]bool{}
 	for i := range rt.ins {
 		r := &rt.ins[i]
@@ -660,7 +661,7 @@ func (b *Bridge) subscribe(ctx context.Context, c *Client) error {
 				continue
 			}
 		}
-		s := Subscription{Filter: r.filter, QoS: byte(r.QoS), NoLocal: true}
+		s := mqttclient.Subscription{Filter: r.filter, QoS: byte(r.QoS), NoLocal: true}
 		if info.SubIDsAvailable {
 			s.ID = r.subID
 		}
@@ -721,7 +722,7 @@ func (b *Bridge) deliverHeld(ctx context.Context) {
 
 // onMessage handles a PUBLISH from the upstream, on the client's reader
 // goroutine: its acknowledgement waits until the local publish is done.
-func (b *Bridge) onMessage(m *Incoming) {
+func (b *Bridge) onMessage(m *mqttclient.Incoming) {
 	ctx := context.Background()
 	b.inMu.Lock()
 	defer b.inMu.Unlock()
@@ -747,7 +748,7 @@ func (b *Bridge) onMessage(m *Incoming) {
 
 // deliver publishes m locally on every in-route that claims it: by its
 // subscription identifiers when it has any, else by filter.
-func (b *Bridge) deliver(ctx context.Context, m *Incoming) bool {
+func (b *Bridge) deliver(ctx context.Context, m *mqttclient.Incoming) bool {
 	b.mu.Lock()
 	subIDs := b.info.SubIDsAvailable
 	b.mu.Unlock()
@@ -791,13 +792,13 @@ func containsInt(s []int, v int) bool {
 
 // send hands outbox entries to the link within its window and the pace,
 // until the link ends or ctx is done.
-func (b *Bridge) send(ctx context.Context, c *Client) {
+func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
 	pace := newPacer(b.rt.Load().cfg.Rate, max(c.Window(), 1))
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		for _, m := range b.ob.takeMemory() {
-			_, _ = c.Publish(&Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
+			_, _ = c.Publish(&mqttclient.Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
 		}
 		// A record failed lately: nothing QoS 2 may go without one.
 		held := time.Now().Before(b.recordHold)
@@ -849,7 +850,7 @@ func (b *Bridge) send(ctx context.Context, c *Client) {
 // present upstream it is sent again under its packet identifiers (PUBREL
 // for a QoS 2 message past PUBREC); without, the outbox cursor goes back
 // and it is sent as new. It reports false when the link failed meanwhile.
-func (b *Bridge) resume(c *Client) bool {
+func (b *Bridge) resume(c *mqttclient.Client) bool {
 	b.mu.Lock()
 	flights := b.flights
 	b.flights, b.byPID, b.recs = map[uint64]*outFlight{}, map[uint16]*outFlight{}, nil
@@ -978,7 +979,7 @@ func (b *Bridge) nextStamp() uint64 {
 // and records them, durably, before any of them is sent. It returns the
 // identifiers (0: the client picks one) and how many entries may go: all
 // of them but those the window or a failed record left out.
-func (b *Bridge) prepare(c *Client, entries []storage.OutboxEntry) (pids []uint16, ready int) {
+func (b *Bridge) prepare(c *mqttclient.Client, entries []storage.OutboxEntry) (pids []uint16, ready int) {
 	pids = make([]uint16, len(entries))
 	db := b.opts.Store
 	if db == nil {
@@ -1013,7 +1014,7 @@ func (b *Bridge) prepare(c *Client, entries []storage.OutboxEntry) (pids []uint1
 // their reserved identifiers are given back and their records deleted
 // (ahead of any later record, which may reuse an identifier), and they
 // go again in their turn.
-func (b *Bridge) unprepare(c *Client, entries []storage.OutboxEntry, pids []uint16) {
+func (b *Bridge) unprepare(c *mqttclient.Client, entries []storage.OutboxEntry, pids []uint16) {
 	var batch storage.Batch
 	for i, e := range entries {
 		if pids[i] != 0 {
@@ -1053,7 +1054,7 @@ func (b *Bridge) onPubrec(pid uint16) {
 
 // release records the PUBRECs that came since the last call as released,
 // in one commit, then sends their PUBRELs.
-func (b *Bridge) release(c *Client) {
+func (b *Bridge) release(c *mqttclient.Client) {
 	b.mu.Lock()
 	recs := b.recs
 	b.recs = nil
@@ -1122,7 +1123,7 @@ func (b *Bridge) untrackLocked(seq uint64) {
 func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 	return func(err error, reason byte) {
 		if err != nil {
-			if errors.Is(err, ErrReleasePending) {
+			if errors.Is(err, mqttclient.ErrReleasePending) {
 				b.mu.Lock()
 				if f := b.flights[seq]; f != nil {
 					f.recd = true
@@ -1147,9 +1148,9 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 
 // send1 publishes one outbox entry under pid (0: the client picks one);
 // dup marks a resend under the identifier it had.
-func (b *Bridge) send1(c *Client, e *storage.OutboxEntry, pid uint16, dup bool) error {
+func (b *Bridge) send1(c *mqttclient.Client, e *storage.OutboxEntry, pid uint16, dup bool) error {
 	seq, topic := e.Seq, e.Msg.Topic
-	m := &Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: dup}
+	m := &mqttclient.Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: dup}
 	f := &outFlight{seq: seq, pid: pid, recorded: pid != 0 && b.opts.Store != nil && min(e.Msg.QoS, c.Info().MaxQoS) == 2}
 	b.track(f) // before Publish: its completion may come at once
 	got, err := c.Publish(m, b.done(seq, topic))
@@ -1163,7 +1164,7 @@ func (b *Bridge) send1(c *Client, e *storage.OutboxEntry, pid uint16, dup bool) 
 		b.sent++
 		b.mu.Unlock()
 		return nil
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, mqttclient.ErrTooLarge):
 		// The server will never take it: retrying would stop the route.
 		b.untrack(seq)
 		c.CancelID(pid)

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
+	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/storage"
@@ -343,7 +346,7 @@ func TestReceiveMaximumBoundsTheWindow(t *testing.T) {
 // telemetry drops its oldest, alarms are refused while full and never
 // dropped, state keeps only the latest per topic.
 func TestOutboxFullByClass(t *testing.T) {
-	nowhere := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	nowhere := "127.0.0.1:" + strconv.Itoa(upstreamtest.FreePort(t))
 	payload := strings.Repeat("x", 200)
 
 	t.Run("telemetry", func(t *testing.T) {
@@ -425,7 +428,7 @@ func outboxEnds(t *testing.T, s *site) (first, last string) {
 // sent when it starts again.
 func TestOutboxSurvivesRestart(t *testing.T) {
 	up := startMosquitto(t, MosquittoConfig{})
-	nowhere := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	nowhere := "127.0.0.1:" + strconv.Itoa(upstreamtest.FreePort(t))
 	s := newSite(t, bridgeYAML(nowhere, "    out:\n      - {filter: \"d/#\", topic: \"up/{2}\"}\n"), "")
 	for i := range 50 {
 		if err := s.publish("d/x", strconv.Itoa(i)); err != nil {
@@ -532,7 +535,7 @@ func newRecordingBridge(t *testing.T, body string) (*Bridge, *recordingLocal) {
 func TestUnclaimedMessagesWait(t *testing.T) {
 	b, rec := newRecordingBridge(t, bridgeYAML("127.0.0.1:1", cmdRoute))
 	for i := range maxHeld + 10 {
-		b.onMessage(&Incoming{Topic: "cmd/" + strconv.Itoa(i), Payload: []byte("x"), QoS: 1})
+		b.onMessage(&mqttclient.Incoming{Topic: "cmd/" + strconv.Itoa(i), Payload: []byte("x"), QoS: 1})
 	}
 	if len(rec.topics) != 0 {
 		t.Fatalf("%d delivered before the routes opened", len(rec.topics))
@@ -560,12 +563,12 @@ func TestMessagesWhileRoutesOpen(t *testing.T) {
 		b.mu.Lock()
 		b.open = false
 		b.mu.Unlock()
-		b.onMessage(&Incoming{Topic: "cmd/backlog", Payload: []byte("x"), QoS: 1})
+		b.onMessage(&mqttclient.Incoming{Topic: "cmd/backlog", Payload: []byte("x"), QoS: 1})
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b.onMessage(&Incoming{Topic: "cmd/live", Payload: []byte("x"), QoS: 1})
+			b.onMessage(&mqttclient.Incoming{Topic: "cmd/live", Payload: []byte("x"), QoS: 1})
 		}()
 		b.openRoutes(ctx)
 		wg.Wait()
@@ -601,7 +604,7 @@ func TestPacer(t *testing.T) {
 // TestExpiryKeepsAlarms: past max_outbox_age telemetry is dropped and
 // counted; alarms are never dropped.
 func TestExpiryKeepsAlarms(t *testing.T) {
-	nowhere := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	nowhere := "127.0.0.1:" + strconv.Itoa(upstreamtest.FreePort(t))
 	s := newSite(t, bridgeYAML(nowhere, "    max_outbox_age: 1m\n    out:\n      - {filter: \"t/#\"}\n      - {filter: \"a/#\", class: alarm}\n"), "")
 	for i := range 5 {
 		if err := s.publish("t/x", strconv.Itoa(i)); err != nil {
@@ -646,8 +649,9 @@ func TestMemoryOnlyRoute(t *testing.T) {
 func TestMutualTLSFromConfig(t *testing.T) {
 	up := startMosquitto(t, MosquittoConfig{TLS: true, RequireCertificate: true})
 	w := watch(t, up.Addr(), "watcher", "up/#", false)
+	cert, key := up.ClientCertFiles()
 	tlsYAML := fmt.Sprintf("    tls: {enabled: true, ca_file: %q, cert: %q, key: %q, server_name: localhost}\n",
-		up.certs.caFile, up.certs.clientCert, up.certs.clientKey)
+		up.CAFile(), cert, key)
 	s := newSite(t, bridgeYAML(up.TLSAddr(), tlsYAML+"    out:\n      - {filter: \"d/#\", topic: \"up/{2}\"}\n"), "")
 	waitFor(t, "the TLS link", func() bool { return s.br.Stats().State == StateConnected })
 	if err := s.publish("d/x", "over tls"); err != nil {
@@ -656,7 +660,7 @@ func TestMutualTLSFromConfig(t *testing.T) {
 	waitFor(t, "the message upstream", func() bool { return w.count("up/x") == 1 })
 
 	// Without the client certificate the upstream refuses the link.
-	s2 := newSite(t, bridgeYAML(up.TLSAddr(), fmt.Sprintf("    tls: {enabled: true, ca_file: %q}\n    out:\n      - {filter: \"d/#\"}\n", up.certs.caFile)), "")
+	s2 := newSite(t, bridgeYAML(up.TLSAddr(), fmt.Sprintf("    tls: {enabled: true, ca_file: %q}\n    out:\n      - {filter: \"d/#\"}\n", up.CAFile())), "")
 	waitFor(t, "the refused link", func() bool { st := s2.br.Stats(); return st.State == StateDown && st.LastError != "" })
 	if st := s2.br.Stats(); st.Reconnects != 0 {
 		t.Errorf("a link without a client certificate came up: %+v", st)
@@ -804,7 +808,7 @@ func TestReconfigureDuringDial(t *testing.T) {
 // test double that sends a session's backlog and never answers it.
 func TestStopDeliversHeldMessages(t *testing.T) {
 	const n = 5
-	ln, wg := listenLoopback(t)
+	ln, wg := upstreamtest.ListenLoopback(t)
 	acked := make(chan uint16, n)
 	wg.Add(1)
 	go func() {
@@ -816,26 +820,26 @@ func TestStopDeliversHeldMessages(t *testing.T) {
 		defer nc.Close()
 		_ = nc.SetDeadline(time.Now().Add(upWait))
 		r := bufio.NewReader(nc)
-		if fh, _, err := readPacket(r, 0); err != nil || fh.Type != 1 {
+		if kind, _, err := upstreamtest.ReadPacket(r); err != nil || kind != 1 {
 			return
 		}
 		stream := []byte{0x20, 2, 1, 0} // CONNACK, session present
 		for i := range n {
 			pid := []byte{0, byte(i + 1)}
-			stream = append(stream, fuzzFrame(0x32, fuzzStr("cmd/"+strconv.Itoa(i)), pid, []byte("x"))...)
+			stream = append(stream, upstreamtest.Frame(0x32, upstreamtest.Str("cmd/"+strconv.Itoa(i)), pid, []byte("x"))...)
 		}
 		if _, err := nc.Write(stream); err != nil {
 			return
 		}
 		for {
-			fh, body, err := readPacket(r, 0)
-			if err != nil || fh.Type == 14 {
+			kind, body, err := upstreamtest.ReadPacket(r)
+			if err != nil || kind == 14 {
 				return
 			}
 			switch {
-			case fh.Type == 4 && len(body) >= 2:
+			case kind == 4 && len(body) >= 2:
 				acked <- uint16(body[0])<<8 | uint16(body[1])
-			case fh.Type == 12:
+			case kind == 12:
 				_, _ = nc.Write([]byte{0xD0, 0})
 			}
 		}

@@ -1,7 +1,7 @@
 // Package bridge carries messages between the local broker and a cloud
 // broker: out-routes up through a durable outbox, in-routes back down to
 // local subscribers, over one upstream connection per bridge with our own
-// MQTT client on mochi's packets codec.
+// MQTT client (package mqttclient) on mochi's packets codec.
 //
 // The contract:
 //

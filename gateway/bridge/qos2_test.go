@@ -1,11 +1,11 @@
 package bridge
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -30,13 +30,13 @@ func TestQoS2ResumesAcrossRestart(t *testing.T) {
 	if err := s.publish("d/first", "first"); err != nil {
 		t.Fatal(err)
 	}
-	if m := w.next(t); string(m.Payload) != "first" {
+	if m := w.Next(t); string(m.Payload) != "first" {
 		t.Fatalf("got %q first", m.Payload)
 	}
 	waitFor(t, "the first message's completion", func() bool { return s.br.Stats().Depth == 0 })
 
 	// The PUBLISH passes, its PUBREC comes back, the PUBREL is held.
-	limit := p.UpSent() + int64(publishSize(&Outgoing{Topic: "up/held", QoS: 2, Payload: []byte("held")}, 5))
+	limit := p.UpSent() + int64(upstreamtest.PublishSize("up/held", len("held"), 2, 5))
 	p.HoldUpAfter(limit)
 	if err := s.publish("d/held", "held"); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestQoS2ResumesAcrossRestart(t *testing.T) {
 collect:
 	for {
 		select {
-		case m := <-w.msgs:
+		case m := <-w.Msgs:
 			got[string(m.Payload)]++
 		case <-deadline:
 			break collect
@@ -146,11 +146,11 @@ func TestQoS2NewSession(t *testing.T) {
 	waitFor(t, "the outbox to empty", func() bool { return s2.br.Stats().Depth == 0 })
 	got := map[string]int{}
 	for len(got) < 3 {
-		got[string(w.next(t).Payload)]++
+		got[string(w.Next(t).Payload)]++
 	}
 	time.Sleep(300 * time.Millisecond)
-	for len(w.msgs) > 0 {
-		got[string((<-w.msgs).Payload)]++
+	for len(w.Msgs) > 0 {
+		got[string((<-w.Msgs).Payload)]++
 	}
 	for i := range 3 {
 		if n := got[fmt.Sprintf("m%d", i)]; n != 1 {
@@ -159,92 +159,5 @@ func TestQoS2NewSession(t *testing.T) {
 	}
 	if st := s2.br.Stats(); st.Resumed != 0 {
 		t.Errorf("%d resumed without a session", st.Resumed)
-	}
-}
-
-// TestClientHeldRelease: with OnPubrec the PUBREL waits for ReleaseHeld;
-// reserved identifiers take places in the window.
-func TestClientHeldRelease(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
-	w := watchV5(t, up.Addr(), "watcher", "h/#", 2)
-	recs := make(chan uint16, 4)
-	c := dial(t, ClientOptions{Address: up.Addr(), ClientID: "held", MaxInflight: 3, OnPubrec: func(pid uint16) { recs <- pid }})
-
-	r1, err := c.ReserveID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := c.ReserveID()
-	if err != nil || r2 == r1 {
-		t.Fatalf("second reservation %d, %v (first %d)", r2, err, r1)
-	}
-	done := make(chan result, 2)
-	pid, err := c.Publish(&Outgoing{Topic: "h/a", QoS: 2, Payload: []byte("a"), PacketID: r1}, func(err error, reason byte) { done <- result{err, reason} })
-	if err != nil || pid != r1 {
-		t.Fatalf("publish under a reserved id: %d, %v; want %d", pid, err, r1)
-	}
-	if _, err := c.ReserveID(); err != nil {
-		t.Fatalf("third place: %v", err)
-	}
-	if _, err := c.Publish(&Outgoing{Topic: "h/x", QoS: 1}, nil); !errors.Is(err, ErrWindowFull) {
-		t.Errorf("publish with the window reserved: %v, want ErrWindowFull", err)
-	}
-	if _, err := c.ReserveID(); !errors.Is(err, ErrWindowFull) {
-		t.Errorf("reservation beyond the window: %v, want ErrWindowFull", err)
-	}
-	c.CancelID(r2)
-	if _, err := c.Publish(&Outgoing{Topic: "h/b", QoS: 1, Payload: []byte("b")}, nil); err != nil {
-		t.Errorf("publish after CancelID: %v", err)
-	}
-
-	var got uint16
-	select {
-	case got = <-recs:
-	case <-time.After(upWait):
-		t.Fatal("no PUBREC")
-	}
-	if got != r1 {
-		t.Fatalf("OnPubrec(%d), want %d", got, r1)
-	}
-	// Mosquitto delivers a QoS 2 message when it is released: nothing
-	// arrives, and nothing completes, while the PUBREL is held.
-	time.Sleep(300 * time.Millisecond)
-	select {
-	case r := <-done:
-		t.Fatalf("done(%v, 0x%02X) with the PUBREL held", r.err, r.reason)
-	default:
-	}
-	for len(w.msgs) > 0 {
-		if m := <-w.msgs; string(m.Payload) == "a" {
-			t.Fatal("delivered with the PUBREL held")
-		}
-	}
-	if err := c.ReleaseHeld(r1 + 100); err == nil {
-		t.Error("ReleaseHeld of an identifier with nothing held succeeded")
-	}
-	if err := c.ReleaseHeld(r1); err != nil {
-		t.Fatal(err)
-	}
-	if r := <-done; r.err != nil || r.reason != 0 {
-		t.Errorf("done(%v, 0x%02X), want PUBCOMP", r.err, r.reason)
-	}
-	for {
-		m := w.next(t)
-		if string(m.Payload) == "a" {
-			break
-		}
-	}
-
-	// Held when the link ends: the message is past PUBREC.
-	pid, err = c.Publish(&Outgoing{Topic: "h/c", QoS: 2, Payload: []byte("c")}, func(err error, reason byte) { done <- result{err, reason} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := <-recs; got != pid {
-		t.Fatalf("OnPubrec(%d), want %d", got, pid)
-	}
-	c.Close()
-	if r := <-done; !errors.Is(r.err, ErrReleasePending) {
-		t.Errorf("done of a held message at close: %v, want ErrReleasePending", r.err)
 	}
 }

@@ -3,8 +3,13 @@
 // offline subscribers, and Stop and Start to make an outage. Terminate,
 // Wipe and Aside make the other faults a cloud broker has: a stop by
 // SIGTERM, a restart that has lost every session, and work on its stored
-// state while its clients still find it down. It is used only by tests;
-// the firmware never imports it.
+// state while its clients still find it down.
+//
+// StartMosquitto runs one configured for a test instead (TLS, users, limits,
+// extra listener lines); Proxy sits between a client and it and can go
+// silent; WatchV5, WatchV311 and PahoV5 are Paho clients that watch the
+// upstream and publish into it. It is used only by tests; the firmware
+// never imports it.
 package upstreamtest
 
 import (

@@ -1,4 +1,4 @@
-package bridge
+package mqttclient
 
 import (
 	"bufio"
@@ -12,22 +12,24 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 )
 
-// The upstream client against a real broker (Mosquitto, see
-// upstream_test.go), watched and fed by Paho clients. The one test double
+// The upstream client against a real broker (Mosquitto, from
+// upstreamtest), watched and fed by Paho clients. The one test double
 // is the 3.1.1-only server of TestClientFallback, since Mosquitto cannot
 // be told to refuse MQTT 5.
 
 // dial connects a client with the test's generous timeouts unless o sets
 // its own, and closes it when the test ends.
-func dial(t testing.TB, o ClientOptions) *Client {
+func dial(t testing.TB, o Options) *Client {
 	t.Helper()
 	if o.ConnectTimeout == 0 {
-		o.ConnectTimeout = upWait
+		o.ConnectTimeout = upstreamtest.Wait
 	}
 	if o.AckTimeout == 0 {
-		o.AckTimeout = upWait
+		o.AckTimeout = upstreamtest.Wait
 	}
 	c, err := Dial(context.Background(), o)
 	if err != nil {
@@ -53,8 +55,8 @@ func publishWait(t testing.TB, c *Client, m *Outgoing) result {
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(upWait):
-		t.Fatalf("publish to %q: no done within %v", m.Topic, upWait)
+	case <-time.After(upstreamtest.Wait):
+		t.Fatalf("publish to %q: no done within %v", m.Topic, upstreamtest.Wait)
 		return result{}
 	}
 }
@@ -104,8 +106,8 @@ func (b *inbox) len() int {
 }
 
 func TestClientConnectV5Info(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	c := dial(t, ClientOptions{Address: m.Addr(), Protocol: 0, KeepAlive: 30 * time.Second, MaxInflight: 5})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	c := dial(t, Options{Address: m.Addr(), Protocol: 0, KeepAlive: 30 * time.Second, MaxInflight: 5})
 	info := c.Info()
 	t.Logf("Mosquitto's CONNACK: %+v", info)
 	if info.Version != 5 {
@@ -130,7 +132,7 @@ func TestClientConnectV5Info(t *testing.T) {
 		t.Errorf("Window %d, want MaxInflight 5 below Receive Maximum %d", c.Window(), info.ReceiveMaximum)
 	}
 
-	c4 := dial(t, ClientOptions{Address: m.Addr(), Protocol: 4, ClientID: "v311"})
+	c4 := dial(t, Options{Address: m.Addr(), Protocol: 4, ClientID: "v311"})
 	info = c4.Info()
 	if info.Version != 4 || info.ReceiveMaximum != 65535 || info.SubIDsAvailable || info.MaxQoS != 2 {
 		t.Errorf("3.1.1 Info %+v, want Version 4, ReceiveMaximum 65535, no subscription ids, MaxQoS 2", info)
@@ -140,7 +142,7 @@ func TestClientConnectV5Info(t *testing.T) {
 	}
 
 	// Session present when coming back to a kept session.
-	o := ClientOptions{Address: m.Addr(), ClientID: "keeper", SessionExpiry: time.Hour}
+	o := Options{Address: m.Addr(), ClientID: "keeper", SessionExpiry: time.Hour}
 	dial(t, o).Close()
 	if c := dial(t, o); !c.Info().SessionPresent {
 		t.Error("SessionPresent false on reconnecting to a session with an hour's expiry")
@@ -157,25 +159,9 @@ type fake311 struct {
 	versions []byte // the protocol version of each CONNECT, in order
 }
 
-// listenLoopback listens on a free loopback port until the test ends;
-// the test's cleanup closes it and waits for the goroutines added to wg.
-func listenLoopback(t *testing.T) (net.Listener, *sync.WaitGroup) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg := &sync.WaitGroup{}
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	return ln, wg
-}
-
 func startFake311(t *testing.T, mode string) *fake311 {
 	t.Helper()
-	ln, wg := listenLoopback(t)
+	ln, wg := upstreamtest.ListenLoopback(t)
 	f := &fake311{ln: ln}
 	wg.Add(1)
 	go func() {
@@ -197,7 +183,7 @@ func startFake311(t *testing.T, mode string) *fake311 {
 }
 
 func (f *fake311) serve(nc net.Conn, mode string) {
-	_ = nc.SetDeadline(time.Now().Add(upWait))
+	_ = nc.SetDeadline(time.Now().Add(upstreamtest.Wait))
 	r := bufio.NewReader(nc)
 	fh, body, err := readPacket(r, 0)
 	if err != nil || fh.Type != 1 || len(body) < 7 {
@@ -239,7 +225,7 @@ func TestClientFallback(t *testing.T) {
 	for _, mode := range []string{"return code 1", "reason 0x84", "close"} {
 		t.Run(mode, func(t *testing.T) {
 			f := startFake311(t, mode)
-			c := dial(t, ClientOptions{Address: f.ln.Addr().String(), ClientID: "fb", Protocol: 0})
+			c := dial(t, Options{Address: f.ln.Addr().String(), ClientID: "fb", Protocol: 0})
 			if v := c.Info().Version; v != 4 {
 				t.Errorf("Version %d after fallback, want 4", v)
 			}
@@ -253,7 +239,7 @@ func TestClientFallback(t *testing.T) {
 	}
 	t.Run("Protocol 5 does not fall back", func(t *testing.T) {
 		f := startFake311(t, "return code 1")
-		_, err := Dial(context.Background(), ClientOptions{Address: f.ln.Addr().String(), ClientID: "fb", Protocol: 5, ConnectTimeout: upWait})
+		_, err := Dial(context.Background(), Options{Address: f.ln.Addr().String(), ClientID: "fb", Protocol: 5, ConnectTimeout: upstreamtest.Wait})
 		var re *RefusedError
 		if !errors.Is(err, ErrRefused) || !errors.As(err, &re) || re.Code != 1 {
 			t.Fatalf("err %v, want a refusal with return code 1", err)
@@ -268,18 +254,18 @@ func TestClientFallback(t *testing.T) {
 }
 
 func TestClientUserPassword(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{DenyAnonymous: true, Users: map[string]string{"gw": "s3cret"}})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{DenyAnonymous: true, Users: map[string]string{"gw": "s3cret"}})
 	for _, v := range []byte{5, 4} {
 		t.Run(versionName(v), func(t *testing.T) {
-			c := dial(t, ClientOptions{Address: m.Addr(), Protocol: v, ClientID: "pw", Username: "gw", Password: []byte("s3cret")})
+			c := dial(t, Options{Address: m.Addr(), Protocol: v, ClientID: "pw", Username: "gw", Password: []byte("s3cret")})
 			if r := publishWait(t, c, &Outgoing{Topic: "pw/ok", QoS: 1}); r.err != nil {
 				t.Fatalf("publish after login: %v", r.err)
 			}
-			for _, bad := range []ClientOptions{
+			for _, bad := range []Options{
 				{Username: "gw", Password: []byte("wrong")},
 				{}, // anonymous
 			} {
-				bad.Address, bad.Protocol, bad.ClientID, bad.ConnectTimeout = m.Addr(), v, "pw-bad", upWait
+				bad.Address, bad.Protocol, bad.ClientID, bad.ConnectTimeout = m.Addr(), v, "pw-bad", upstreamtest.Wait
 				_, err := Dial(context.Background(), bad)
 				var re *RefusedError
 				if !errors.As(err, &re) || !errors.Is(err, ErrRefused) {
@@ -301,25 +287,25 @@ func TestClientUserPassword(t *testing.T) {
 }
 
 func TestClientTLS(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{TLS: true})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{TLS: true})
 	t.Run("CA file and server name", func(t *testing.T) {
-		c := dial(t, ClientOptions{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", false), ClientID: "tls"})
+		c := dial(t, Options{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", false), ClientID: "tls"})
 		if r := publishWait(t, c, &Outgoing{Topic: "tls/x", QoS: 1, Payload: []byte("over tls")}); r.err != nil || r.reason >= 0x80 {
 			t.Fatalf("publish over TLS: %v, reason 0x%02X", r.err, r.reason)
 		}
 	})
 	t.Run("server name from the address", func(t *testing.T) {
 		// The certificate names 127.0.0.1 too.
-		dial(t, ClientOptions{Address: m.TLSAddr(), TLS: m.ClientTLS("", false), ClientID: "tls-ip"})
+		dial(t, Options{Address: m.TLSAddr(), TLS: m.ClientTLS("", false), ClientID: "tls-ip"})
 	})
 	t.Run("wrong server name", func(t *testing.T) {
-		_, err := Dial(context.Background(), ClientOptions{Address: m.TLSAddr(), TLS: m.ClientTLS("broker.example", false), ClientID: "tls-bad", ConnectTimeout: upWait})
+		_, err := Dial(context.Background(), Options{Address: m.TLSAddr(), TLS: m.ClientTLS("broker.example", false), ClientID: "tls-bad", ConnectTimeout: upstreamtest.Wait})
 		if err == nil || !strings.Contains(err.Error(), "TLS handshake") {
 			t.Fatalf("err %v, want a TLS handshake failure for a name the certificate lacks", err)
 		}
 	})
 	t.Run("plain client on the TLS port", func(t *testing.T) {
-		_, err := Dial(context.Background(), ClientOptions{Address: m.TLSAddr(), ClientID: "plain", Protocol: 5, ConnectTimeout: 3 * time.Second})
+		_, err := Dial(context.Background(), Options{Address: m.TLSAddr(), ClientID: "plain", Protocol: 5, ConnectTimeout: 3 * time.Second})
 		if err == nil {
 			t.Fatal("a plain MQTT client connected to the TLS listener")
 		}
@@ -327,13 +313,13 @@ func TestClientTLS(t *testing.T) {
 }
 
 func TestClientMutualTLS(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{TLS: true, RequireCertificate: true})
-	c := dial(t, ClientOptions{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", true), ClientID: "mtls"})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{TLS: true, RequireCertificate: true})
+	c := dial(t, Options{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", true), ClientID: "mtls"})
 	if r := publishWait(t, c, &Outgoing{Topic: "mtls/x", QoS: 2}); r.err != nil || r.reason >= 0x80 {
 		t.Fatalf("publish over mutual TLS: %v, reason 0x%02X", r.err, r.reason)
 	}
 	for _, p := range []byte{5, 0} {
-		_, err := Dial(context.Background(), ClientOptions{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", false), ClientID: "no-cert", Protocol: p, ConnectTimeout: upWait})
+		_, err := Dial(context.Background(), Options{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", false), ClientID: "no-cert", Protocol: p, ConnectTimeout: upstreamtest.Wait})
 		if err == nil {
 			t.Fatalf("Protocol %d: a client without a certificate connected where one is required", p)
 		}
@@ -342,9 +328,9 @@ func TestClientMutualTLS(t *testing.T) {
 }
 
 func TestClientPublishQoS(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	w := watchV5(t, m.Addr(), "watcher", "pub/#", 2)
-	c := dial(t, ClientOptions{Address: m.Addr(), ClientID: "pub", KeepAlive: 30 * time.Second})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "pub/#", 2)
+	c := dial(t, Options{Address: m.Addr(), ClientID: "pub", KeepAlive: 30 * time.Second})
 	for qos := byte(0); qos <= 2; qos++ {
 		payload := fmt.Appendf(nil, "payload at QoS %d", qos)
 		topic := fmt.Sprintf("pub/q%d", qos)
@@ -352,7 +338,7 @@ func TestClientPublishQoS(t *testing.T) {
 		if r.err != nil || r.reason != 0 {
 			t.Fatalf("QoS %d: done(%v, 0x%02X), want success", qos, r.err, r.reason)
 		}
-		got := w.next(t)
+		got := w.Next(t)
 		if got.Topic != topic || string(got.Payload) != string(payload) || got.QoS != qos {
 			t.Fatalf("watcher got %q %q QoS %d, want %q %q QoS %d", got.Topic, got.Payload, got.QoS, topic, payload, qos)
 		}
@@ -374,9 +360,9 @@ func TestClientPublishQoS(t *testing.T) {
 // TestClientWindow publishes 100 QoS 1 messages as fast as Publish takes
 // them to a Mosquitto whose Receive Maximum is 10.
 func TestClientWindow(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{MaxInflight: 10})
-	w := watchV5(t, m.Addr(), "watcher", "win/#", 1)
-	c := dial(t, ClientOptions{Address: m.Addr(), ClientID: "win", MaxInflight: 1000})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{MaxInflight: 10})
+	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "win/#", 1)
+	c := dial(t, Options{Address: m.Addr(), ClientID: "win", MaxInflight: 1000})
 	if c.Info().ReceiveMaximum != 10 || c.Window() != 10 {
 		t.Fatalf("Receive Maximum %d, Window %d; want 10 and 10", c.Info().ReceiveMaximum, c.Window())
 	}
@@ -393,8 +379,8 @@ func TestClientWindow(t *testing.T) {
 			full++
 			select {
 			case <-freed:
-			case <-time.After(upWait):
-				t.Fatalf("window full and no PUBACK within %v", upWait)
+			case <-time.After(upstreamtest.Wait):
+				t.Fatalf("window full and no PUBACK within %v", upstreamtest.Wait)
 			}
 			continue
 		}
@@ -410,7 +396,7 @@ func TestClientWindow(t *testing.T) {
 			if r.err != nil || r.reason >= 0x80 {
 				t.Fatalf("done(%v, 0x%02X)", r.err, r.reason)
 			}
-		case <-time.After(upWait):
+		case <-time.After(upstreamtest.Wait):
 			t.Fatal("not every publish completed")
 		}
 	}
@@ -420,15 +406,15 @@ func TestClientWindow(t *testing.T) {
 	t.Logf("Inflight peaked at %d; Publish said ErrWindowFull %d times", maxSeen, full)
 	seen := make(map[string]bool)
 	for len(seen) < n {
-		seen[string(w.next(t).Payload)] = true
+		seen[string(w.Next(t).Payload)] = true
 	}
 	stillUp(t, c)
 }
 
 func TestClientSubscriptionIDs(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
 	var in inbox
-	c := dial(t, ClientOptions{Address: m.Addr(), ClientID: "sid", OnMessage: in.add})
+	c := dial(t, Options{Address: m.Addr(), ClientID: "sid", OnMessage: in.add})
 	reasons, err := c.Subscribe(context.Background(), []Subscription{
 		{Filter: "sid/#", QoS: 1, ID: 1},
 		{Filter: "sid/+/x", QoS: 2, ID: 2},
@@ -440,13 +426,13 @@ func TestClientSubscriptionIDs(t *testing.T) {
 	if !slices.Equal(reasons, []byte{1, 2, 0}) {
 		t.Fatalf("SUBACK reasons % X, want 01 02 00", reasons)
 	}
-	pub := pahoV5(t, m.Addr(), "sid-pub", nil)
+	pub := upstreamtest.PahoV5(t, m.Addr(), "sid-pub", nil)
 
 	// sid/a/x matches both filters: the identifiers of both must come,
 	// in one PUBLISH or one each.
-	pahoPublish(t, pub, "sid/a/x", 1, []byte("both"))
+	upstreamtest.PahoPublish(t, pub, "sid/a/x", 1, []byte("both"))
 	ids := map[int]bool{}
-	waitFor(t, "identifiers 1 and 2 for sid/a/x", func() bool {
+	upstreamtest.WaitFor(t, "identifiers 1 and 2 for sid/a/x", func() bool {
 		clear(ids)
 		for _, m := range in.all() {
 			for _, id := range m.SubIDs {
@@ -466,9 +452,9 @@ func TestClientSubscriptionIDs(t *testing.T) {
 		t.Errorf("identifiers %v, want only 1 and 2", ids)
 	}
 
-	pahoPublish(t, pub, "sid/b", 1, []byte("one"))
-	pahoPublish(t, pub, "plain/c", 1, []byte("none"))
-	waitFor(t, "two more messages", func() bool { return in.len() == copies+2 })
+	upstreamtest.PahoPublish(t, pub, "sid/b", 1, []byte("one"))
+	upstreamtest.PahoPublish(t, pub, "plain/c", 1, []byte("none"))
+	upstreamtest.WaitFor(t, "two more messages", func() bool { return in.len() == copies+2 })
 	got := in.all()[copies:]
 	if got[0].Topic != "sid/b" || !slices.Equal(got[0].SubIDs, []int{1}) {
 		t.Errorf("sid/b came with identifiers %v, want [1]", got[0].SubIDs)
@@ -480,9 +466,9 @@ func TestClientSubscriptionIDs(t *testing.T) {
 	if err := c.Unsubscribe(context.Background(), []string{"sid/#", "sid/+/x", "never/subscribed"}); err != nil {
 		t.Fatalf("unsubscribe: %v", err)
 	}
-	pahoPublish(t, pub, "plain/after", 1, nil)
-	pahoPublish(t, pub, "sid/after", 1, nil)
-	waitFor(t, "plain/after", func() bool { return in.len() == copies+3 })
+	upstreamtest.PahoPublish(t, pub, "plain/after", 1, nil)
+	upstreamtest.PahoPublish(t, pub, "sid/after", 1, nil)
+	upstreamtest.WaitFor(t, "plain/after", func() bool { return in.len() == copies+3 })
 	time.Sleep(200 * time.Millisecond)
 	for _, m := range in.all()[copies+2:] {
 		if strings.HasPrefix(m.Topic, "sid/") {
@@ -492,10 +478,10 @@ func TestClientSubscriptionIDs(t *testing.T) {
 }
 
 func TestClientInbound(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
 	var in inbox
 	var inHandler atomic.Int32
-	c := dial(t, ClientOptions{Address: m.Addr(), ClientID: "in", OnMessage: func(m *Incoming) {
+	c := dial(t, Options{Address: m.Addr(), ClientID: "in", OnMessage: func(m *Incoming) {
 		if inHandler.Add(1) != 1 {
 			panic("OnMessage called concurrently")
 		}
@@ -506,13 +492,13 @@ func TestClientInbound(t *testing.T) {
 	if _, err := c.Subscribe(context.Background(), []Subscription{{Filter: "in/#", QoS: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	pub := pahoV5(t, m.Addr(), "in-pub", nil)
+	pub := upstreamtest.PahoV5(t, m.Addr(), "in-pub", nil)
 	for i := range 5 {
-		pahoPublish(t, pub, fmt.Sprintf("in/q1/%d", i), 1, []byte("one"))
-		pahoPublish(t, pub, fmt.Sprintf("in/q2/%d", i), 2, []byte("two"))
+		upstreamtest.PahoPublish(t, pub, fmt.Sprintf("in/q1/%d", i), 1, []byte("one"))
+		upstreamtest.PahoPublish(t, pub, fmt.Sprintf("in/q2/%d", i), 2, []byte("two"))
 	}
-	waitFor(t, "ten messages", func() bool { return in.len() >= 10 })
-	waitFor(t, "every PUBREL", func() bool { return c.received.Len() == 0 })
+	upstreamtest.WaitFor(t, "ten messages", func() bool { return in.len() >= 10 })
+	upstreamtest.WaitFor(t, "every PUBREL", func() bool { return c.received.Len() == 0 })
 	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
 	got := in.all()
 	if len(got) != 10 {
@@ -536,8 +522,8 @@ func TestClientInbound(t *testing.T) {
 func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 	for _, shared := range []bool{true, false} {
 		t.Run(fmt.Sprintf("shared %t", shared), func(t *testing.T) {
-			m := startMosquitto(t, MosquittoConfig{})
-			p := newProxy(t, m.Addr())
+			m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+			p := upstreamtest.NewProxy(t, m.Addr())
 			var count atomic.Int32
 			onMsg := func(*Incoming) {
 				if count.Add(1) == 1 {
@@ -545,13 +531,13 @@ func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 				}
 			}
 			var recv Received
-			o := ClientOptions{Address: p.Addr(), ClientID: "q2", SessionExpiry: time.Hour, OnMessage: onMsg, Received: &recv}
+			o := Options{Address: p.Addr(), ClientID: "q2", SessionExpiry: time.Hour, OnMessage: onMsg, Received: &recv}
 			a := dial(t, o)
 			if _, err := a.Subscribe(context.Background(), []Subscription{{Filter: "q2/#", QoS: 2}}); err != nil {
 				t.Fatal(err)
 			}
-			pahoPublish(t, pahoV5(t, m.Addr(), "q2-pub", nil), "q2/x", 2, []byte("once"))
-			waitFor(t, "PUBREC recorded", func() bool { return recv.Len() == 1 })
+			upstreamtest.PahoPublish(t, upstreamtest.PahoV5(t, m.Addr(), "q2-pub", nil), "q2/x", 2, []byte("once"))
+			upstreamtest.WaitFor(t, "PUBREC recorded", func() bool { return recv.Len() == 1 })
 			a.Close()
 
 			o.Address = m.Addr()
@@ -562,7 +548,7 @@ func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 			if !b.Info().SessionPresent {
 				t.Fatal("no session on reconnect")
 			}
-			waitFor(t, "the PUBREL", func() bool { return o.Received.Len() == 0 && count.Load() >= 1 })
+			upstreamtest.WaitFor(t, "the PUBREL", func() bool { return o.Received.Len() == 0 && count.Load() >= 1 })
 			time.Sleep(300 * time.Millisecond)
 			want := int32(1)
 			if !shared {
@@ -576,9 +562,9 @@ func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 }
 
 func TestClientKeepAlive(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	p := newProxy(t, m.Addr())
-	c := dial(t, ClientOptions{Address: p.Addr(), ClientID: "ka", KeepAlive: time.Second, AckTimeout: 5 * time.Second})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	p := upstreamtest.NewProxy(t, m.Addr())
+	c := dial(t, Options{Address: p.Addr(), ClientID: "ka", KeepAlive: time.Second, AckTimeout: 5 * time.Second})
 	before := p.UpSent()
 	// Mosquitto drops a client silent for 1.5 keep alive periods; 2.0.11
 	// notices some seconds late (5.5 s for a 1 s keep alive here).
@@ -593,13 +579,13 @@ func TestClientKeepAlive(t *testing.T) {
 }
 
 func TestClientHalfOpenPing(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	p := newProxy(t, m.Addr())
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	p := upstreamtest.NewProxy(t, m.Addr())
 	const ka, ackTimeout = time.Second, time.Second
-	c := dial(t, ClientOptions{Address: p.Addr(), ClientID: "ho", KeepAlive: ka, AckTimeout: ackTimeout})
+	c := dial(t, Options{Address: p.Addr(), ClientID: "ho", KeepAlive: ka, AckTimeout: ackTimeout})
 	start := time.Now()
 	p.Freeze()
-	waitDone(t, c, upWait)
+	waitDone(t, c, upstreamtest.Wait)
 	took := time.Since(start)
 	if !errors.Is(c.Err(), ErrHalfOpen) || !strings.Contains(c.Err().Error(), "PINGRESP") {
 		t.Fatalf("Err %v, want ErrHalfOpen naming PINGRESP", c.Err())
@@ -616,9 +602,9 @@ func TestClientHalfOpenPing(t *testing.T) {
 }
 
 func TestClientHalfOpenWrite(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	p := newProxy(t, m.Addr())
-	c := dial(t, ClientOptions{Address: p.Addr(), ClientID: "how", AckTimeout: time.Second})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	p := upstreamtest.NewProxy(t, m.Addr())
+	c := dial(t, Options{Address: p.Addr(), ClientID: "how", AckTimeout: time.Second})
 	p.Freeze()
 	payload := make([]byte, 64<<10)
 	var sent atomic.Int32
@@ -642,7 +628,7 @@ func TestClientHalfOpenWrite(t *testing.T) {
 			break
 		}
 	}
-	waitDone(t, c, upWait)
+	waitDone(t, c, upstreamtest.Wait)
 	if !errors.Is(c.Err(), ErrHalfOpen) {
 		t.Fatalf("Err %v, want ErrHalfOpen", c.Err())
 	}
@@ -653,14 +639,14 @@ func TestClientHalfOpenWrite(t *testing.T) {
 }
 
 func TestClientServerStop(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
 	clients := map[byte]*Client{}
 	for _, v := range []byte{5, 4} {
-		clients[v] = dial(t, ClientOptions{Address: m.Addr(), Protocol: v, ClientID: fmt.Sprintf("stop%d", v), KeepAlive: 30 * time.Second})
+		clients[v] = dial(t, Options{Address: m.Addr(), Protocol: v, ClientID: fmt.Sprintf("stop%d", v), KeepAlive: 30 * time.Second})
 	}
 	m.Stop()
 	for v, c := range clients {
-		waitDone(t, c, upWait)
+		waitDone(t, c, upstreamtest.Wait)
 		err := c.Err()
 		if err == nil || errors.Is(err, ErrHalfOpen) || errors.Is(err, ErrClosed) {
 			t.Errorf("%s: Err %v, want the server's end of the connection", versionName(v), err)
@@ -682,16 +668,16 @@ func TestClientServerStop(t *testing.T) {
 // QoS 2 message that had its PUBREC released with Release. The watcher
 // must get every message, the QoS 2 ones once.
 func TestClientResend(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	w := watchV5(t, m.Addr(), "watcher", "re/#", 2)
-	p := newProxy(t, m.Addr())
-	o := ClientOptions{Address: p.Addr(), ClientID: "re", SessionExpiry: time.Hour}
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "re/#", 2)
+	p := upstreamtest.NewProxy(t, m.Addr())
+	o := Options{Address: p.Addr(), ClientID: "re", SessionExpiry: time.Hour}
 	a := dial(t, o)
 
 	// The QoS 2 message whose PUBREL is held: the proxy passes exactly
 	// its PUBLISH, and the PUBREC comes back.
 	rel := &Outgoing{Topic: "re/rel", QoS: 2, Payload: []byte("released")}
-	limit := p.UpSent() + int64(publishSize(rel, 5))
+	limit := p.UpSent() + int64(upstreamtest.PublishSize(rel.Topic, len(rel.Payload), rel.QoS, 5))
 	p.HoldUpAfter(limit)
 	relDone := make(chan result, 1)
 	relPID, err := a.Publish(rel, func(err error, reason byte) { relDone <- result{err, reason} })
@@ -700,7 +686,7 @@ func TestClientResend(t *testing.T) {
 	}
 	// Nothing else goes up (no keep alive): what is held past the
 	// PUBLISH is the PUBREL.
-	waitFor(t, "the PUBREL held in the proxy", func() bool { return p.UpSent() == limit && p.Held() >= 4 })
+	upstreamtest.WaitFor(t, "the PUBREL held in the proxy", func() bool { return p.UpSent() == limit && p.Held() >= 4 })
 
 	p.Freeze()
 	type pending struct {
@@ -759,13 +745,13 @@ func TestClientResend(t *testing.T) {
 	}
 	got := map[string]int{}
 	for len(got) < 7 {
-		got[string(w.next(t).Payload)]++
+		got[string(w.Next(t).Payload)]++
 	}
 	time.Sleep(300 * time.Millisecond)
 drain:
 	for {
 		select {
-		case m := <-w.msgs:
+		case m := <-w.Msgs:
 			got[string(m.Payload)]++
 		default:
 			break drain
@@ -783,29 +769,13 @@ drain:
 	}
 }
 
-// publishSize is the encoded size of m as Publish sends it.
-func publishSize(m *Outgoing, v byte) int {
-	n := 2 + len(m.Topic) + len(m.Payload)
-	if m.QoS > 0 {
-		n += 2
-	}
-	if v == 5 {
-		n++ // an empty property block
-	}
-	size := 1 + n
-	for ; n > 0; n >>= 7 {
-		size++
-	}
-	return size
-}
-
 func TestClientServerLimits(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{
 		Global:   []string{"max_packet_size 2000", "retain_available false"},
 		Listener: []string{"max_qos 1"},
 	})
-	w := watchV5(t, m.Addr(), "watcher", "lim/#", 2)
-	c := dial(t, ClientOptions{Address: m.Addr(), ClientID: "lim"})
+	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "lim/#", 2)
+	c := dial(t, Options{Address: m.Addr(), ClientID: "lim"})
 	info := c.Info()
 	if info.MaxQoS != 1 || info.RetainAvailable || info.MaxPacketSize != 2000 {
 		t.Fatalf("Info %+v, want MaxQoS 1, no retain, MaxPacketSize 2000", info)
@@ -814,14 +784,14 @@ func TestClientServerLimits(t *testing.T) {
 	if r := publishWait(t, c, &Outgoing{Topic: "lim/q2", QoS: 2, Payload: []byte("down")}); r.err != nil || r.reason >= 0x80 {
 		t.Fatalf("QoS 2 publish downgraded: done(%v, 0x%02X)", r.err, r.reason)
 	}
-	if got := w.next(t); got.QoS != 1 {
+	if got := w.Next(t); got.QoS != 1 {
 		t.Errorf("watcher got QoS %d, want 1", got.QoS)
 	}
 	// Retain goes without the flag; Mosquitto would disconnect us for it.
 	if r := publishWait(t, c, &Outgoing{Topic: "lim/r", QoS: 1, Retain: true, Payload: []byte("r")}); r.err != nil || r.reason >= 0x80 {
 		t.Fatalf("retained publish: done(%v, 0x%02X)", r.err, r.reason)
 	}
-	w.next(t)
+	w.Next(t)
 	// Too large: an error, and the connection stays.
 	if _, err := c.Publish(&Outgoing{Topic: "lim/big", QoS: 1, Payload: make([]byte, 3000)}, nil); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("3000-byte publish: %v, want ErrTooLarge", err)
@@ -829,17 +799,17 @@ func TestClientServerLimits(t *testing.T) {
 	if r := publishWait(t, c, &Outgoing{Topic: "lim/small", QoS: 1, Payload: make([]byte, 1900)}); r.err != nil || r.reason >= 0x80 {
 		t.Fatalf("publish below the limit: done(%v, 0x%02X)", r.err, r.reason)
 	}
-	if got := w.next(t); got.Topic != "lim/small" {
+	if got := w.Next(t); got.Topic != "lim/small" {
 		t.Errorf("watcher got %s, want lim/small", got.Topic)
 	}
 	stillUp(t, c)
 }
 
 func TestClientV311(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	w := watchV311(t, m.Addr(), "watcher311", "v3/out/#", 2)
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	w := upstreamtest.WatchV311(t, m.Addr(), "watcher311", "v3/out/#", 2)
 	var in inbox
-	c := dial(t, ClientOptions{Address: m.Addr(), Protocol: 4, ClientID: "v3", KeepAlive: 30 * time.Second, OnMessage: in.add})
+	c := dial(t, Options{Address: m.Addr(), Protocol: 4, ClientID: "v3", KeepAlive: 30 * time.Second, OnMessage: in.add})
 	if _, err := c.Subscribe(context.Background(), []Subscription{{Filter: "v3/in/#", QoS: 2, ID: 7}}); err == nil {
 		t.Error("a subscription identifier on 3.1.1 was accepted")
 	}
@@ -852,16 +822,16 @@ func TestClientV311(t *testing.T) {
 		if r := publishWait(t, c, &Outgoing{Topic: topic, QoS: qos, Payload: []byte(topic)}); r.err != nil {
 			t.Fatalf("publish %s: %v", topic, r.err)
 		}
-		if got := w.next(t); got.Topic() != topic || got.Qos() != qos {
+		if got := w.Next(t); got.Topic() != topic || got.Qos() != qos {
 			t.Fatalf("watcher got %s QoS %d, want %s QoS %d", got.Topic(), got.Qos(), topic, qos)
 		}
 	}
 	for qos := byte(1); qos <= 2; qos++ {
-		if tok := w.Publish(fmt.Sprintf("v3/in/%d", qos), qos, false, "in"); !tok.WaitTimeout(upWait) || tok.Error() != nil {
+		if tok := w.Publish(fmt.Sprintf("v3/in/%d", qos), qos, false, "in"); !tok.WaitTimeout(upstreamtest.Wait) || tok.Error() != nil {
 			t.Fatalf("paho publish: %v", tok.Error())
 		}
 	}
-	waitFor(t, "two inbound messages", func() bool { return in.len() == 2 })
+	upstreamtest.WaitFor(t, "two inbound messages", func() bool { return in.len() == 2 })
 	for _, m := range in.all() {
 		if m.Props != nil || m.SubIDs != nil {
 			t.Errorf("3.1.1 message %s with MQTT 5 fields", m.Topic)
@@ -873,9 +843,9 @@ func TestClientV311(t *testing.T) {
 }
 
 func TestClientClose(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	p := newProxy(t, m.Addr())
-	c := dial(t, ClientOptions{Address: p.Addr(), ClientID: "close"})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	p := upstreamtest.NewProxy(t, m.Addr())
+	c := dial(t, Options{Address: p.Addr(), ClientID: "close"})
 	p.Freeze()
 	d := make(chan result, 1)
 	if _, err := c.Publish(&Outgoing{Topic: "close/x", QoS: 1}, func(err error, reason byte) { d <- result{err, reason} }); err != nil {
@@ -908,16 +878,16 @@ func TestClientClose(t *testing.T) {
 // TestClientSubscribeContext gives up waiting for a SUBACK that the frozen
 // proxy holds, and the watchdog then ends the connection.
 func TestClientSubscribeContext(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	p := newProxy(t, m.Addr())
-	c := dial(t, ClientOptions{Address: p.Addr(), ClientID: "subctx", AckTimeout: 2 * time.Second})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	p := upstreamtest.NewProxy(t, m.Addr())
+	c := dial(t, Options{Address: p.Addr(), ClientID: "subctx", AckTimeout: 2 * time.Second})
 	p.Freeze()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, err := c.Subscribe(ctx, []Subscription{{Filter: "a/#"}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Subscribe: %v, want the context's deadline", err)
 	}
-	waitDone(t, c, upWait)
+	waitDone(t, c, upstreamtest.Wait)
 	if err := c.Err(); !errors.Is(err, ErrHalfOpen) || !strings.Contains(err.Error(), "SUBACK") {
 		t.Fatalf("Err %v, want ErrHalfOpen naming the SUBACK", err)
 	}
@@ -926,7 +896,7 @@ func TestClientSubscribeContext(t *testing.T) {
 // TestClientDialOptions checks that bad options are all reported at once,
 // and that ConnectTimeout and the context bound the wait for CONNACK.
 func TestClientDialOptions(t *testing.T) {
-	_, err := Dial(context.Background(), ClientOptions{Address: "nohost", Protocol: 3, MaxInflight: -1, Will: &Will{Topic: "a/#", QoS: 3}})
+	_, err := Dial(context.Background(), Options{Address: "nohost", Protocol: 3, MaxInflight: -1, Will: &Will{Topic: "a/#", QoS: 3}})
 	if err == nil {
 		t.Fatal("bad options accepted")
 	}
@@ -936,16 +906,16 @@ func TestClientDialOptions(t *testing.T) {
 		}
 	}
 	// A frozen link: the TCP connection opens, the CONNECT goes nowhere.
-	p := newProxy(t, startMosquitto(t, MosquittoConfig{}).Addr())
+	p := upstreamtest.NewProxy(t, upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{}).Addr())
 	p.Freeze()
 	start := time.Now()
-	_, err = Dial(context.Background(), ClientOptions{Address: p.Addr(), ConnectTimeout: 500 * time.Millisecond})
+	_, err = Dial(context.Background(), Options{Address: p.Addr(), ConnectTimeout: 500 * time.Millisecond})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "CONNACK") {
 		t.Errorf("frozen link: %v, want a deadline waiting for CONNACK", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
-	_, err = Dial(ctx, ClientOptions{Address: p.Addr(), ConnectTimeout: upWait})
+	_, err = Dial(ctx, Options{Address: p.Addr(), ConnectTimeout: upstreamtest.Wait})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled Dial: %v, want context.Canceled", err)
 	}
@@ -957,12 +927,12 @@ func TestClientDialOptions(t *testing.T) {
 // TestClientWill checks that the will reaches a watcher when the link
 // dies without DISCONNECT.
 func TestClientWill(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{})
-	w := watchV5(t, m.Addr(), "watcher", "will/#", 1)
-	p := newProxy(t, m.Addr())
-	dial(t, ClientOptions{Address: p.Addr(), ClientID: "will", KeepAlive: 30 * time.Second, Will: &Will{Topic: "will/gw", Payload: []byte("offline"), QoS: 1}})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "will/#", 1)
+	p := upstreamtest.NewProxy(t, m.Addr())
+	dial(t, Options{Address: p.Addr(), ClientID: "will", KeepAlive: 30 * time.Second, Will: &Will{Topic: "will/gw", Payload: []byte("offline"), QoS: 1}})
 	p.Close() // the link dies without a DISCONNECT
-	if got := w.next(t); got.Topic != "will/gw" || string(got.Payload) != "offline" {
+	if got := w.Next(t); got.Topic != "will/gw" || string(got.Payload) != "offline" {
 		t.Fatalf("watcher got %s %q, want the will", got.Topic, got.Payload)
 	}
 }
@@ -972,13 +942,100 @@ func TestClientWill(t *testing.T) {
 // shutdown or takeover), and Publish avoids those, so the test slips a
 // QoS 2 PUBLISH past Publish's downgrade onto a max_qos 1 listener.
 func TestClientServerDisconnect(t *testing.T) {
-	m := startMosquitto(t, MosquittoConfig{Listener: []string{"max_qos 1"}})
-	c := dial(t, ClientOptions{Address: m.Addr(), ClientID: "faulty"})
+	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{Listener: []string{"max_qos 1"}})
+	c := dial(t, Options{Address: m.Addr(), ClientID: "faulty"})
 	c.q.push(outPacket{b: []byte{0x34, 6, 0, 1, 'a', 0, 1, 0}}, false) // QoS 2, packet id 1, no properties
-	waitDone(t, c, upWait)
+	waitDone(t, c, upstreamtest.Wait)
 	var de *DisconnectError
 	if !errors.As(c.Err(), &de) || de.Code != 0x9B || !strings.Contains(c.Err().Error(), "QoS not supported") {
 		t.Fatalf("Err %v, want the server's DISCONNECT naming 0x9B, QoS not supported", c.Err())
 	}
 	t.Logf("%v", c.Err())
+}
+
+// TestClientHeldRelease: with OnPubrec the PUBREL waits for ReleaseHeld;
+// reserved identifiers take places in the window.
+func TestClientHeldRelease(t *testing.T) {
+	up := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	w := upstreamtest.WatchV5(t, up.Addr(), "watcher", "h/#", 2)
+	recs := make(chan uint16, 4)
+	c := dial(t, Options{Address: up.Addr(), ClientID: "held", MaxInflight: 3, OnPubrec: func(pid uint16) { recs <- pid }})
+
+	r1, err := c.ReserveID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.ReserveID()
+	if err != nil || r2 == r1 {
+		t.Fatalf("second reservation %d, %v (first %d)", r2, err, r1)
+	}
+	done := make(chan result, 2)
+	pid, err := c.Publish(&Outgoing{Topic: "h/a", QoS: 2, Payload: []byte("a"), PacketID: r1}, func(err error, reason byte) { done <- result{err, reason} })
+	if err != nil || pid != r1 {
+		t.Fatalf("publish under a reserved id: %d, %v; want %d", pid, err, r1)
+	}
+	if _, err := c.ReserveID(); err != nil {
+		t.Fatalf("third place: %v", err)
+	}
+	if _, err := c.Publish(&Outgoing{Topic: "h/x", QoS: 1}, nil); !errors.Is(err, ErrWindowFull) {
+		t.Errorf("publish with the window reserved: %v, want ErrWindowFull", err)
+	}
+	if _, err := c.ReserveID(); !errors.Is(err, ErrWindowFull) {
+		t.Errorf("reservation beyond the window: %v, want ErrWindowFull", err)
+	}
+	c.CancelID(r2)
+	if _, err := c.Publish(&Outgoing{Topic: "h/b", QoS: 1, Payload: []byte("b")}, nil); err != nil {
+		t.Errorf("publish after CancelID: %v", err)
+	}
+
+	var got uint16
+	select {
+	case got = <-recs:
+	case <-time.After(upstreamtest.Wait):
+		t.Fatal("no PUBREC")
+	}
+	if got != r1 {
+		t.Fatalf("OnPubrec(%d), want %d", got, r1)
+	}
+	// Mosquitto delivers a QoS 2 message when it is released: nothing
+	// arrives, and nothing completes, while the PUBREL is held.
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("done(%v, 0x%02X) with the PUBREL held", r.err, r.reason)
+	default:
+	}
+	for len(w.Msgs) > 0 {
+		if m := <-w.Msgs; string(m.Payload) == "a" {
+			t.Fatal("delivered with the PUBREL held")
+		}
+	}
+	if err := c.ReleaseHeld(r1 + 100); err == nil {
+		t.Error("ReleaseHeld of an identifier with nothing held succeeded")
+	}
+	if err := c.ReleaseHeld(r1); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.reason != 0 {
+		t.Errorf("done(%v, 0x%02X), want PUBCOMP", r.err, r.reason)
+	}
+	for {
+		m := w.Next(t)
+		if string(m.Payload) == "a" {
+			break
+		}
+	}
+
+	// Held when the link ends: the message is past PUBREC.
+	pid, err = c.Publish(&Outgoing{Topic: "h/c", QoS: 2, Payload: []byte("c")}, func(err error, reason byte) { done <- result{err, reason} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-recs; got != pid {
+		t.Fatalf("OnPubrec(%d), want %d", got, pid)
+	}
+	c.Close()
+	if r := <-done; !errors.Is(r.err, ErrReleasePending) {
+		t.Errorf("done of a held message at close: %v, want ErrReleasePending", r.err)
+	}
 }
