@@ -1,0 +1,417 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
+	"github.com/fieldgate/fieldgate/storage"
+)
+
+// outFlight is one outbox entry in flight upstream.
+type outFlight struct {
+	seq      uint64
+	pid      uint16
+	recorded bool // QoS 2: its record (pid, not released) is in storage
+	recd     bool // QoS 2: PUBREC came; PUBREL waits until released is recorded
+	released bool // QoS 2: PUBREC came and is recorded; PUBREL is what to resend
+}
+
+// loadFlights takes up the QoS 2 messages that were in flight upstream
+// when the gateway last stopped, to resume them on the first connection.
+// Of two records holding one packet identifier, the older one's message
+// completed before the identifier was taken again: its entry is done.
+func (b *Bridge) loadFlights() error {
+	db := b.opts.Store
+	if db == nil {
+		return nil
+	}
+	set, err := db.OutboxFlights(b.name)
+	if err != nil {
+		return err
+	}
+	b.tracked = set.Tracked
+	if set.Bad > 0 {
+		b.log.Warn("QoS 2 flight records do not decode; their messages go again as new", "records", set.Bad)
+	}
+	live := map[uint16]storage.OutboxFlight{}
+	var done []storage.OutboxFlight
+	for _, f := range set.Flights {
+		b.stamp = max(b.stamp, f.Stamp+1)
+		if old, ok := live[f.PID]; ok {
+			if old.Stamp > f.Stamp {
+				old, f = f, old
+			}
+			done = append(done, old)
+		}
+		live[f.PID] = f
+	}
+	var batch storage.Batch
+	for _, f := range done {
+		if size, topic, ok := b.entry(f.Seq); ok {
+			b.ob.resumeFlight(f.Seq, size)
+			b.ob.acked(f.Seq, topic, "")
+		} else {
+			batch.OutboxFlightDelete(b.name, f.Seq)
+		}
+	}
+	for _, f := range live {
+		size, _, ok := b.entry(f.Seq)
+		if !ok {
+			batch.OutboxFlightDelete(b.name, f.Seq) // its entry's delete came first
+			continue
+		}
+		b.ob.resumeFlight(f.Seq, size)
+		of := &outFlight{seq: f.Seq, pid: f.PID, recorded: true, released: f.Released}
+		b.flights[f.Seq] = of
+		b.byPID[f.PID] = of
+	}
+	db.CommitLazy(&batch)
+	b.ob.flushDeletes()
+	if n := len(b.flights); n > 0 {
+		b.log.Info("QoS 2 messages in flight upstream at the last stop are resumed", "messages", n)
+	}
+	return nil
+}
+
+// entry reads outbox entry seq's size and topic.
+func (b *Bridge) entry(seq uint64) (size int, topic string, ok bool) {
+	e := b.ob.entry(seq)
+	if e == nil {
+		return 0, "", false
+	}
+	return e.Size(), e.Msg.Topic, true
+}
+
+// resume deals with what was in flight on the last link: with the session
+// present upstream it is sent again under its packet identifiers (PUBREL
+// for a QoS 2 message past PUBREC); without, the outbox cursor goes back
+// and it is sent as new. It reports false when the link failed meanwhile.
+func (b *Bridge) resume(c *mqttclient.Client) bool {
+	b.mu.Lock()
+	flights := b.flights
+	b.flights, b.byPID, b.recs = map[uint64]*outFlight{}, map[uint16]*outFlight{}, nil
+	b.mu.Unlock()
+	if len(flights) == 0 {
+		return true
+	}
+	if !c.Info().SessionPresent {
+		// The server kept nothing of ours: the records describe nothing.
+		// Their deletes go ahead of any record made for the new session.
+		if db := b.opts.Store; db != nil {
+			var batch storage.Batch
+			for seq, f := range flights {
+				if f.recorded || f.released {
+					batch.OutboxFlightDelete(b.name, seq)
+				}
+			}
+			db.CommitLazy(&batch)
+		}
+		b.ob.rewind()
+		return true
+	}
+	seqs := make([]uint64, 0, len(flights))
+	for seq := range flights {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	entries := make(map[uint64]*storage.OutboxEntry, len(seqs))
+	var batch storage.Batch
+	for _, seq := range seqs {
+		f := flights[seq]
+		e := b.ob.entry(seq)
+		if e == nil {
+			continue // acknowledged after all (its delete is on disk)
+		}
+		entries[seq] = e
+		if b.opts.Store == nil {
+			f.released = f.released || f.recd
+			continue
+		}
+		// Nothing of QoS 2 goes out before its record is on disk.
+		switch {
+		case f.recd && !f.released:
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Released: true, Stamp: b.nextStamp()})
+		case f.pid != 0 && !f.released && !f.recorded && min(e.Msg.QoS, c.Info().MaxQoS) == 2:
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Stamp: b.nextStamp()})
+		}
+	}
+	if !batch.Empty() {
+		if err := b.opts.Store.CommitWait(&batch); err != nil {
+			b.recordFailed("recording QoS 2 messages in flight failed; the link is closed to try again", err)
+			b.restore(flights)
+			return false
+		}
+		for _, f := range flights {
+			f.released = f.released || f.recd
+			f.recorded = f.recorded || f.pid != 0
+		}
+	}
+	for i, seq := range seqs {
+		f, e := flights[seq], entries[seq]
+		if e == nil {
+			continue
+		}
+		var err error
+		switch {
+		case f.pid == 0:
+			// It never had an identifier (QoS 0, or the link went
+			// before it was written): it goes as new, in its turn.
+			b.ob.unsend(seq)
+			continue
+		case f.released:
+			b.track(f)
+			done := b.done(seq, e.Msg.Topic)
+			err = c.Release(f.pid, func(err error, reason byte) {
+				if reason == rcPacketIDNotFound {
+					// The server completed it before: the PUBCOMP that
+					// said so was lost, or its outbox delete was.
+					reason = 0
+				}
+				done(err, reason)
+			})
+		default:
+			err = b.send1(c, e, f.pid, true)
+		}
+		if err != nil {
+			b.log.Warn("resending after a reconnect failed", "err", err)
+			rest := map[uint64]*outFlight{}
+			for _, s := range seqs[i:] {
+				rest[s] = flights[s]
+			}
+			b.restore(rest)
+			return false
+		}
+		b.mu.Lock()
+		b.resumed++
+		b.mu.Unlock()
+	}
+	return true
+}
+
+// rcPacketIDNotFound is the reason code of a PUBCOMP for a PUBREL whose
+// packet identifier the server no longer holds.
+const rcPacketIDNotFound = 0x92
+
+// restore gives back flights that a failed resume did not resend, for the
+// next link to resume.
+func (b *Bridge) restore(flights map[uint64]*outFlight) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for seq, f := range flights {
+		if _, taken := b.flights[seq]; !taken {
+			b.flights[seq] = f
+		}
+	}
+}
+
+func (b *Bridge) nextStamp() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stamp++
+	return b.stamp - 1
+}
+
+// prepare takes packet identifiers for the entries that go out at QoS 2
+// and records them, durably, before any of them is sent. It returns the
+// identifiers (0: the client picks one) and how many entries may go: all
+// of them but those the window or a failed record left out.
+func (b *Bridge) prepare(c *mqttclient.Client, entries []storage.OutboxEntry) (pids []uint16, ready int) {
+	pids = make([]uint16, len(entries))
+	db := b.opts.Store
+	if db == nil {
+		return pids, len(entries)
+	}
+	ready = len(entries)
+	var batch storage.Batch
+	for i := range entries {
+		e := &entries[i]
+		if min(e.Msg.QoS, c.Info().MaxQoS) < 2 {
+			continue
+		}
+		pid, err := c.ReserveID()
+		if err != nil {
+			ready = i
+			break
+		}
+		pids[i] = pid
+		batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: e.Seq, PID: pid, Stamp: b.nextStamp()})
+	}
+	if batch.Empty() {
+		return pids, ready
+	}
+	if err := db.CommitWait(&batch); err != nil {
+		b.recordFailed("recording QoS 2 messages before sending them failed; they wait", err)
+		return pids, 0
+	}
+	return pids, ready
+}
+
+// unprepare takes back entries handed out by next that were not sent:
+// their reserved identifiers are given back and their records deleted
+// (ahead of any later record, which may reuse an identifier), and they
+// go again in their turn.
+func (b *Bridge) unprepare(c *mqttclient.Client, entries []storage.OutboxEntry, pids []uint16) {
+	var batch storage.Batch
+	for i, e := range entries {
+		if pids[i] != 0 {
+			c.CancelID(pids[i])
+			batch.OutboxFlightDelete(b.name, e.Seq)
+		}
+		b.ob.unsend(e.Seq)
+	}
+	if db := b.opts.Store; db != nil {
+		db.CommitLazy(&batch)
+	}
+}
+
+// recordWarnEvery spaces the warnings of a failing QoS 2 record, which is
+// retried every second while the disk is full.
+const recordWarnEvery = 30 * time.Second
+
+// recordFailed holds the sender back for a second after a QoS 2 record
+// failed, and says so, at most once per recordWarnEvery.
+func (b *Bridge) recordFailed(msg string, err error) {
+	now := time.Now()
+	b.recordHold = now.Add(time.Second)
+	if now.Sub(b.recordWarned) >= recordWarnEvery {
+		b.recordWarned = now
+		b.log.Warn(msg, "err", err)
+	}
+}
+
+// onPubrec is the client's OnPubrec: the PUBREL for pid waits until the
+// send loop has recorded that the server received the message.
+func (b *Bridge) onPubrec(pid uint16) {
+	b.mu.Lock()
+	b.recs = append(b.recs, pid)
+	b.mu.Unlock()
+	b.ob.signal()
+}
+
+// release records the PUBRECs that came since the last call as released,
+// in one commit, then sends their PUBRELs.
+func (b *Bridge) release(c *mqttclient.Client) {
+	b.mu.Lock()
+	recs := b.recs
+	b.recs = nil
+	var batch storage.Batch
+	var fs []*outFlight
+	var strays []uint16
+	for _, pid := range recs {
+		if f := b.byPID[pid]; f != nil {
+			b.stamp++
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: f.seq, PID: pid, Released: true, Stamp: b.stamp - 1})
+			fs = append(fs, f)
+		} else {
+			strays = append(strays, pid)
+		}
+	}
+	b.mu.Unlock()
+	for _, pid := range strays {
+		_ = c.ReleaseHeld(pid) // no record to keep: never hold a flight for good
+	}
+	if len(fs) == 0 {
+		return
+	}
+	if err := b.opts.Store.CommitWait(&batch); err != nil {
+		b.recordFailed("recording QoS 2 receipts failed; their PUBRELs wait", err)
+		b.mu.Lock()
+		b.recs = append(recs, b.recs...)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Lock()
+	for _, f := range fs {
+		f.released = true
+	}
+	b.mu.Unlock()
+	for _, f := range fs {
+		// An error means the link ended: the teardown reports the flight
+		// as past PUBREC, and the next link sends the PUBREL.
+		_ = c.ReleaseHeld(f.pid)
+	}
+}
+
+func (b *Bridge) track(f *outFlight) {
+	b.mu.Lock()
+	b.flights[f.seq] = f
+	if f.pid != 0 {
+		b.byPID[f.pid] = f
+	}
+	b.mu.Unlock()
+}
+
+// untrack forgets entry seq's flight.
+func (b *Bridge) untrack(seq uint64) {
+	b.mu.Lock()
+	b.untrackLocked(seq)
+	b.mu.Unlock()
+}
+
+func (b *Bridge) untrackLocked(seq uint64) {
+	if f := b.flights[seq]; f != nil && b.byPID[f.pid] == f {
+		delete(b.byPID, f.pid)
+	}
+	delete(b.flights, seq)
+}
+
+// done is the completion of entry seq upstream.
+func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
+	return func(err error, reason byte) {
+		if err != nil {
+			if errors.Is(err, mqttclient.ErrReleasePending) {
+				b.mu.Lock()
+				if f := b.flights[seq]; f != nil {
+					f.recd = true
+				}
+				b.mu.Unlock()
+			}
+			return // the link failed; resume or rewind deals with it
+		}
+		why := ""
+		if reason >= 0x80 {
+			why = DropRejected
+			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
+		}
+		b.mu.Lock()
+		b.untrackLocked(seq)
+		b.acked++
+		b.mu.Unlock()
+		b.ob.acked(seq, topic, why)
+		b.ob.signal()
+	}
+}
+
+// send1 publishes one outbox entry under pid (0: the client picks one);
+// dup marks a resend under the identifier it had.
+func (b *Bridge) send1(c *mqttclient.Client, e *storage.OutboxEntry, pid uint16, dup bool) error {
+	seq, topic := e.Seq, e.Msg.Topic
+	m := &mqttclient.Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: dup}
+	f := &outFlight{seq: seq, pid: pid, recorded: pid != 0 && b.opts.Store != nil && min(e.Msg.QoS, c.Info().MaxQoS) == 2}
+	b.track(f) // before Publish: its completion may come at once
+	got, err := c.Publish(m, b.done(seq, topic))
+	switch {
+	case err == nil:
+		b.mu.Lock()
+		if f.pid == 0 && got != 0 {
+			f.pid = got
+			b.byPID[got] = f
+		}
+		b.sent++
+		b.mu.Unlock()
+		return nil
+	case errors.Is(err, mqttclient.ErrTooLarge):
+		// The server will never take it: retrying would stop the route.
+		b.untrack(seq)
+		c.CancelID(pid)
+		b.log.Warn("message larger than the upstream accepts; it is dropped", "topic", topic, "bytes", len(e.Msg.Payload))
+		b.ob.acked(seq, topic, DropTooLarge)
+		return nil
+	default:
+		b.untrack(seq)
+		return err
+	}
+}

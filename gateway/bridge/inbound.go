@@ -1,0 +1,121 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
+	"github.com/fieldgate/fieldgate/matcher"
+)
+
+// maxHeld bounds the inbound messages no open subscription claims yet (a
+// resumed session's backlog arriving before the routes are subscribed).
+const maxHeld = 1024
+
+// openRoutes marks the in-routes open and hands them the messages held
+// while they were not.
+func (b *Bridge) openRoutes(ctx context.Context) {
+	b.inMu.Lock()
+	defer b.inMu.Unlock()
+	b.mu.Lock()
+	b.open = true
+	b.mu.Unlock()
+	b.deliverHeld(ctx)
+}
+
+// flushHeld delivers, when run ends, the messages still held: each was
+// acknowledged upstream as it was held, and no link opens the in-routes
+// for it any more. The routes claim them as they would have on the next
+// link.
+func (b *Bridge) flushHeld() {
+	b.inMu.Lock()
+	defer b.inMu.Unlock()
+	b.deliverHeld(context.Background())
+}
+
+// deliverHeld hands the held messages to the in-routes; the caller holds
+// inMu.
+func (b *Bridge) deliverHeld(ctx context.Context) {
+	b.mu.Lock()
+	held := b.held
+	b.held = nil
+	b.mu.Unlock()
+	for _, m := range held {
+		if !b.deliver(ctx, m) {
+			b.mu.Lock()
+			b.heldDrops++
+			b.mu.Unlock()
+			b.log.Warn("dropping an upstream message no in-route claims", "topic", m.Topic)
+		}
+	}
+}
+
+// onMessage handles a PUBLISH from the upstream, on the client's reader
+// goroutine: its acknowledgement waits until the local publish is done.
+func (b *Bridge) onMessage(m *mqttclient.Incoming) {
+	ctx := context.Background()
+	b.inMu.Lock()
+	defer b.inMu.Unlock()
+	b.mu.Lock()
+	open := b.open
+	b.mu.Unlock()
+	if open && b.deliver(ctx, m) {
+		return
+	}
+	// A resumed session's backlog can arrive before the subscriptions it
+	// belongs to are open again: hold it, within bounds.
+	cp := *m
+	cp.Payload = bytes.Clone(m.Payload)
+	b.mu.Lock()
+	if len(b.held) >= maxHeld {
+		b.held = b.held[1:]
+		b.heldDrops++
+		b.log.Warn("too many upstream messages wait for an in-route; the oldest is dropped", "limit", maxHeld)
+	}
+	b.held = append(b.held, &cp)
+	b.mu.Unlock()
+}
+
+// deliver publishes m locally on every in-route that claims it: by its
+// subscription identifiers when it has any, else by filter.
+func (b *Bridge) deliver(ctx context.Context, m *mqttclient.Incoming) bool {
+	b.mu.Lock()
+	subIDs := b.info.SubIDsAvailable
+	b.mu.Unlock()
+	claimed := false
+	rt := b.rt.Load()
+	for i := range rt.ins {
+		r := &rt.ins[i]
+		if len(m.SubIDs) > 0 {
+			if r.subID == 0 || !containsInt(m.SubIDs, r.subID) {
+				continue
+			}
+		} else if r.subID != 0 && subIDs || !matcher.Matches(r.filter, m.Topic) {
+			continue
+		}
+		claimed = true
+		local, ok := r.topic.render(m.Topic)
+		if !ok {
+			b.log.Warn("in-route makes no valid local topic; dropped", "route", r.index, "topic", m.Topic)
+			continue
+		}
+		qos := min(m.QoS, byte(r.QoS))
+		// The broker keeps the payload; the client's buffer is not ours.
+		if err := b.local.Publish(ctx, local, bytes.Clone(m.Payload), qos, m.Retain); err != nil {
+			b.log.Warn("publishing an upstream message locally failed", "topic", local, "err", err)
+		}
+		b.mu.Lock()
+		b.inbound++
+		b.mu.Unlock()
+	}
+	return claimed
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

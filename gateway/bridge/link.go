@@ -1,0 +1,321 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
+	"github.com/fieldgate/fieldgate/storage"
+)
+
+func (b *Bridge) setState(state string, err error) {
+	b.mu.Lock()
+	changed := b.state != state
+	b.state = state
+	if changed {
+		b.since = time.Now()
+	}
+	if err != nil {
+		b.lastErr = err.Error()
+	}
+	b.mu.Unlock()
+	if !changed {
+		return
+	}
+	switch {
+	case state == StateConnected:
+		b.log.Info("upstream connected", "address", b.rt.Load().cfg.Address)
+	case err != nil && state == StateDown:
+		b.log.Warn("upstream link down", "address", b.rt.Load().cfg.Address, "err", err)
+	}
+}
+
+// run keeps the link up: dial, subscribe, send until the link fails, then
+// wait with exponential backoff and full jitter, and again.
+func (b *Bridge) run(ctx context.Context) {
+	attempt := 0
+	// The QoS 2 packet identifiers the upstream holds in our session are
+	// recorded in storage once the bridge is tracked. An untracked one
+	// (a new state file, or one written before the records existed) may
+	// have left identifiers in the session that nobody recorded, and the
+	// server would take a new message under one as a duplicate of the
+	// old: with a QoS 2 out-route its first connection starts clean (the
+	// outbox still resends everything unacknowledged).
+	first := true
+	defer b.flushHeld()
+	for ctx.Err() == nil {
+		b.mu.Lock()
+		rt := b.rt.Load()
+		relinks := b.relinks
+		down := b.state == StateDown
+		b.mu.Unlock()
+		backoff := Backoff{Min: rt.cfg.ReconnectMin, Max: rt.cfg.ReconnectMax}
+		opts := rt.copts
+		for _, r := range rt.outs {
+			if r.QoS == 2 && first && !b.tracked {
+				opts.CleanStart = true
+			}
+		}
+		if !down {
+			// While down, retries keep the state (and the log) quiet:
+			// one line when the link goes, one when it is back.
+			b.setState(StateConnecting, nil)
+		}
+		c, err := mqttclient.Dial(ctx, opts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			b.setState(StateDown, err)
+			wait := backoff.Next(attempt)
+			attempt++
+			if !b.sleep(ctx, wait) {
+				return
+			}
+			continue
+		}
+		attempt = 0
+		first = false
+		if db := b.opts.Store; db != nil && !b.tracked {
+			var batch storage.Batch
+			batch.OutboxFlightsOpen(b.name)
+			if err := db.CommitWait(&batch); err != nil {
+				b.log.Warn("recording QoS 2 flights failed; the next start begins a clean session", "err", err)
+			} else {
+				b.tracked = true
+			}
+		}
+		b.mu.Lock()
+		if b.relinks != relinks {
+			// A reload came during the dial: this link has the old
+			// settings, and the reload found nothing to close.
+			b.mu.Unlock()
+			_ = c.Close()
+			b.log.Info("bridge reconfigured while connecting; connecting again")
+			continue
+		}
+		b.client = c
+		b.info = c.Info()
+		b.window = c.Window()
+		b.reconnects++
+		b.mu.Unlock()
+		b.setState(StateConnected, nil)
+		b.connected(ctx, c)
+		// The link has ended unless ctx is done: it is closed before the
+		// in-routes are marked shut, so that no message the reader hands
+		// over meanwhile is held while its acknowledgement goes upstream.
+		_ = c.Close()
+		b.mu.Lock()
+		b.open = false
+		b.client = nil
+		b.mu.Unlock()
+		err = c.Err()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("connection closed")
+		}
+		b.setState(StateDown, err)
+	}
+}
+
+// connected runs one connection: the in-routes are subscribed, the
+// availability marked online, and the outbox sent until the link ends.
+func (b *Bridge) connected(ctx context.Context, c *mqttclient.Client) {
+	if !b.resume(c) {
+		_ = c.Close()
+		return
+	}
+	if err := b.subscribe(ctx, c); err != nil {
+		b.log.Warn("subscribing the in-routes failed", "err", err)
+		_ = c.Close()
+		return
+	}
+	if rt := b.rt.Load(); rt.online != nil {
+		// The will said offline when a link dropped; say online again,
+		// through the outbox so that it comes after anything queued
+		// earlier (an offline from the last shutdown, say).
+		var batch storage.Batch
+		bp := &batch
+		if b.opts.Store == nil {
+			bp = nil
+		}
+		b.ob.put(rt.online, rt.remote, []byte("online"), true, bp, time.Now())
+		if !batch.Empty() {
+			b.opts.Store.CommitLazy(&batch)
+		}
+	}
+	b.send(ctx, c)
+}
+
+// subscribe opens the in-routes, giving overlapping filters their
+// subscription identifiers, then hands held messages to them.
+func (b *Bridge) subscribe(ctx context.Context, c *mqttclient.Client) error {
+	rt := b.rt.Load()
+	b.mu.Lock()
+	stale := b.stale
+	b.stale = nil
+	b.mu.Unlock()
+	if len(stale) > 0 {
+		// In-routes removed by a reload: the upstream session still holds
+		// their subscriptions.
+		if err := c.Unsubscribe(ctx, stale); err != nil {
+			b.mu.Lock()
+			b.stale = append(b.stale, stale...)
+			b.mu.Unlock()
+			return err
+		}
+	}
+	if len(rt.ins) == 0 {
+		b.openRoutes(ctx)
+		return nil
+	}
+	info := c.Info()
+	var subs []mqttclient.Subscription
+	skip := map[int]bool{}
+	for i := range rt.ins {
+		r := &rt.ins[i]
+		if r.subID != 0 && !info.SubIDsAvailable {
+			// The first of an overlapping pair is kept; the other cannot be
+			// told apart on this server.
+			for j := range i {
+				if !skip[j] && overlap(rt.ins[j].filter, r.filter) {
+					b.log.Error("in-routes overlap and the upstream offers no subscription identifiers; this route is not subscribed",
+						"route", fmt.Sprintf("in[%d] %s", i, r.filter), "overlaps", fmt.Sprintf("in[%d] %s", j, rt.ins[j].filter))
+					skip[i] = true
+					break
+				}
+			}
+			if skip[i] {
+				continue
+			}
+		}
+		s := mqttclient.Subscription{Filter: r.filter, QoS: byte(r.QoS), NoLocal: true}
+		if info.SubIDsAvailable {
+			s.ID = r.subID
+		}
+		subs = append(subs, s)
+	}
+	sctx, cancel := context.WithTimeout(ctx, rt.cfg.AckTimeout)
+	defer cancel()
+	reasons, err := c.Subscribe(sctx, subs)
+	if err != nil {
+		return err
+	}
+	for i, rc := range reasons {
+		if rc >= 0x80 && i < len(subs) {
+			b.log.Warn("upstream refused an in-route subscription", "filter", subs[i].Filter, "reason", fmt.Sprintf("0x%02X", rc))
+		}
+	}
+	b.openRoutes(ctx)
+	return nil
+}
+
+// send hands outbox entries to the link within its window and the pace,
+// until the link ends or ctx is done.
+func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
+	pace := newPacer(b.rt.Load().cfg.Rate, max(c.Window(), 1))
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, m := range b.ob.takeMemory() {
+			_, _ = c.Publish(&mqttclient.Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
+		}
+		// A record failed lately: nothing QoS 2 may go without one.
+		held := time.Now().Before(b.recordHold)
+		if !held {
+			b.release(c)
+		}
+		// Entries are read from the file in runs: with a full window
+		// waiting for a quarter of it to free up costs a little latency
+		// and saves a read transaction per acknowledgement.
+		if free, in := c.Window()-c.Inflight(), c.Inflight(); !held && free > 0 && (in == 0 || free >= max(1, c.Window()/4)) && b.ob.pending() {
+			if n := pace.take(min(free, 64)); n > 0 {
+				entries := b.ob.next(n)
+				pids, ready := b.prepare(c, entries)
+				for i := range entries {
+					if i < ready {
+						if err := b.send1(c, &entries[i], pids[i], false); err == nil {
+							continue
+						}
+					}
+					// The link is going (or its window closed, or a
+					// record failed): this entry and the rest go again
+					// later, under new identifiers.
+					b.unprepare(c, entries[i:], pids[i:])
+					break
+				}
+				if in := c.Inflight(); in > 0 {
+					b.mu.Lock()
+					b.peak = max(b.peak, in)
+					b.mu.Unlock()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			b.ob.flushDeletes()
+			return
+		case <-c.Done():
+			b.ob.flushDeletes()
+			return
+		case <-b.ob.wake:
+		case <-tick.C:
+			b.ob.flushDeletes()
+			b.alive()
+		}
+	}
+}
+
+func (b *Bridge) alive() {
+	if b.opts.Alive != nil {
+		b.opts.Alive()
+	}
+}
+
+// sleep waits d, telling the watchdog it is alive meanwhile; false if ctx
+// ended first.
+func (b *Bridge) sleep(ctx context.Context, d time.Duration) bool {
+	end := time.NewTimer(d)
+	defer end.Stop()
+	beat := time.NewTicker(time.Second / 2)
+	defer beat.Stop()
+	for {
+		b.alive()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-end.C:
+			return true
+		case <-beat.C:
+		}
+	}
+}
+
+// pacer is a token bucket: rate tokens a second, up to burst.
+type pacer struct {
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newPacer(rate, burst int) *pacer {
+	return &pacer{rate: float64(rate), burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+// take returns how many of want may go now, 0 < result <= want, or 0.
+func (p *pacer) take(want int) int {
+	if p.rate <= 0 {
+		return want
+	}
+	now := time.Now()
+	p.tokens = min(p.burst, p.tokens+now.Sub(p.last).Seconds()*p.rate)
+	p.last = now
+	n := min(want, int(p.tokens))
+	p.tokens -= float64(n)
+	return n
+}
