@@ -1,0 +1,303 @@
+package auth
+
+import (
+	"strings"
+
+	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/matcher"
+)
+
+// access is what a rule grants, or that it denies.
+type access uint8
+
+const (
+	accessRead access = 1 << iota
+	accessWrite
+	accessDeny
+)
+
+// rule is a configured ACL rule, prepared.
+type rule struct {
+	user   string // "" for every client
+	filter string // as configured, with %u and %c
+	access access
+	all    bool // denies every topic: a deny rule that could not be understood
+
+	userVar   bool // the filter uses %u
+	clientVar bool // the filter uses %c
+}
+
+// ACL is the broker's access control list. It is immutable, so any number of
+// goroutines may use it at once; a reload builds a new one.
+type ACL struct {
+	open  bool // no rules: everything is allowed
+	rules []rule
+}
+
+// NewACL prepares rules; with none, every client may do everything.
+func NewACL(rules []config.ACLRule) *ACL {
+	a := &ACL{open: len(rules) == 0}
+	for _, r := range rules {
+		p := rule{
+			user:      r.User,
+			filter:    r.Topic,
+			userVar:   strings.Contains(r.Topic, "%u"),
+			clientVar: strings.Contains(r.Topic, "%c"),
+		}
+		if p.user == "*" {
+			p.user = ""
+		}
+		switch r.Access {
+		case "read":
+			p.access = accessRead
+		case "write":
+			p.access = accessWrite
+		case "readwrite":
+			p.access = accessRead | accessWrite
+		case "deny":
+			p.access = accessDeny
+		default:
+			// Fail closed: the rule may have been meant to deny.
+			p.access, p.all = accessDeny, true
+		}
+		// Check the filter as configuration validation does, with
+		// stand-ins for the variables.
+		standIn := strings.NewReplacer("%u", "u", "%c", "c").Replace(r.Topic)
+		if matcher.ValidateFilter(standIn) != nil {
+			if p.access != accessDeny {
+				continue
+			}
+			p.all = true
+		}
+		a.rules = append(a.rules, p)
+	}
+	return a
+}
+
+// Permissions are what an ACL lets one client do: the rules that apply to it,
+// with %u and %c substituted. The zero value allows nothing.
+type Permissions struct {
+	open   bool
+	grants []grant
+}
+
+type grant struct {
+	filter string
+	access access
+	all    bool
+}
+
+// For returns the permissions of the client with this username (empty
+// for none) and client id. A broker keeps them for the life of a connection,
+// so checks per message substitute nothing and allocate nothing, and asks
+// the new ACL after a reload. A nil ACL allows everything, as one without
+// rules does.
+func (a *ACL) For(user, clientID string) Permissions {
+	if a == nil || a.open {
+		return Permissions{open: true}
+	}
+	var p Permissions
+	for i := range a.rules {
+		r := &a.rules[i]
+		if r.user != "" && r.user != user {
+			continue
+		}
+		f, ok := r.filter, true
+		if !r.all {
+			f, ok = r.expand(user, clientID)
+		}
+		if ok {
+			p.grants = append(p.grants, grant{filter: f, access: r.access, all: r.all})
+		}
+	}
+	return p
+}
+
+// expand substitutes the username and client id into the rule's filter. It
+// reports false when the rule does not apply: a value it needs is empty, or
+// would widen the filter.
+func (r *rule) expand(user, clientID string) (string, bool) {
+	if !r.userVar && !r.clientVar {
+		return r.filter, true
+	}
+	if r.userVar && !substitutable(user) || r.clientVar && !substitutable(clientID) {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(len(r.filter) + len(user) + len(clientID))
+	f := r.filter
+	for {
+		i := strings.IndexByte(f, '%')
+		if i < 0 || i+1 == len(f) {
+			b.WriteString(f)
+			break
+		}
+		b.WriteString(f[:i])
+		switch f[i+1] {
+		case 'u':
+			b.WriteString(user)
+			f = f[i+2:]
+		case 'c':
+			b.WriteString(clientID)
+			f = f[i+2:]
+		default:
+			b.WriteByte('%')
+			f = f[i+1:]
+		}
+	}
+	out := b.String()
+	// A value beginning with '$' must not move the rule into the
+	// server's topics, such as $SYS.
+	if strings.HasPrefix(out, "$") && !strings.HasPrefix(r.filter, "$") {
+		return "", false
+	}
+	return out, true
+}
+
+// substitutable reports whether a username or client id may stand in a
+// filter without widening it: a wildcard or a level separator would.
+func substitutable(v string) bool {
+	return v != "" && !strings.ContainsAny(v, "+#/")
+}
+
+// CanPublish reports whether the client may publish to topic.
+func (p Permissions) CanPublish(topic string) bool { return p.allows(topic, accessWrite) }
+
+// CanRead reports whether a message on topic may be delivered to the client.
+func (p Permissions) CanRead(topic string) bool { return p.allows(topic, accessRead) }
+
+func (p Permissions) allows(topic string, want access) bool {
+	if p.open {
+		return true
+	}
+	ok := false
+	for _, g := range p.grants {
+		switch {
+		case g.access == accessDeny:
+			if g.all || matcher.Matches(g.filter, topic) {
+				return false
+			}
+		case !ok && g.access&want != 0:
+			ok = matcher.Matches(g.filter, topic)
+		}
+	}
+	return ok
+}
+
+// CanSubscribe reports whether the client may subscribe to filter: one rule
+// lets it read every topic the filter can match and no deny rule matches
+// any of them. A shared subscription is judged by the filter after
+// $share/{group}/.
+func (p Permissions) CanSubscribe(filter string) bool {
+	if _, inner, shared := matcher.SplitShared(filter); shared {
+		filter = inner
+	}
+	if p.open {
+		return true
+	}
+	if filter == "" {
+		return false
+	}
+	ok := false
+	for _, g := range p.grants {
+		switch {
+		case g.access == accessDeny:
+			if g.all || overlaps(g.filter, filter) {
+				return false
+			}
+		case !ok && g.access&accessRead != 0:
+			ok = covers(g.filter, filter)
+		}
+	}
+	return ok
+}
+
+// CanPublish reports whether the client may publish to topic.
+func (a *ACL) CanPublish(user, clientID, topic string) bool {
+	return a.For(user, clientID).CanPublish(topic)
+}
+
+// CanSubscribe reports whether the client may subscribe to filter.
+func (a *ACL) CanSubscribe(user, clientID, filter string) bool {
+	return a.For(user, clientID).CanSubscribe(filter)
+}
+
+// CanRead reports whether a message on topic may be delivered to the client.
+func (a *ACL) CanRead(user, clientID, topic string) bool {
+	return a.For(user, clientID).CanRead(topic)
+}
+
+// covers reports whether the rule filter matches every topic the
+// subscription filter sub matches. It answers level by level, so it is
+// sound but not complete: "+/#" matches every topic "#" does, yet does not
+// cover it here.
+func covers(rule, sub string) bool {
+	if wildStart(rule) && strings.HasPrefix(sub, "$") {
+		return false // [MQTT-4.7.2-1]
+	}
+	for {
+		r, rRest, rMore := strings.Cut(rule, "/")
+		s, sRest, sMore := strings.Cut(sub, "/")
+		switch {
+		case r == "#":
+			return true
+		case s == "#":
+			// It matches its parent and any deeper level; only "#" does.
+			return false
+		case r != "+" && r != s:
+			return false
+		}
+		switch {
+		case !rMore && !sMore:
+			return true
+		case !sMore:
+			// The rule goes deeper than sub; only "#", which also
+			// matches its parent, reaches back to sub's topics.
+			return rRest == "#"
+		case !rMore:
+			return false
+		}
+		rule, sub = rRest, sRest
+	}
+}
+
+// overlaps reports whether some topic matches both filters.
+func overlaps(a, b string) bool {
+	// A filter starting with a wildcard matches no topic beginning with
+	// '$'; one starting with '$' matches only such topics [MQTT-4.7.2-1].
+	if wildStart(a) && strings.HasPrefix(b, "$") || wildStart(b) && strings.HasPrefix(a, "$") {
+		return false
+	}
+	for first := true; ; first = false {
+		x, xRest, xMore := strings.Cut(a, "/")
+		y, yRest, yMore := strings.Cut(b, "/")
+		switch {
+		case x == "#" || y == "#":
+			return true
+		case x != "+" && y != "+" && x != y:
+			return false
+		}
+		switch {
+		case !xMore && !yMore:
+		case !xMore:
+			if yRest != "#" {
+				return false
+			}
+		case !yMore:
+			if xRest != "#" {
+				return false
+			}
+		default:
+			a, b = xRest, yRest
+			continue
+		}
+		// The common topic ends at this level. If it is the first and
+		// must be empty, the topic is "", which is no topic at all: "+"
+		// and "/#" share none.
+		return !first || x != "" && y != ""
+	}
+}
+
+func wildStart(filter string) bool {
+	return filter != "" && (filter[0] == '+' || filter[0] == '#')
+}
