@@ -24,7 +24,7 @@ FUZZTIME ?= 30s
 # Every decoder's fuzz target, as PACKAGE:TARGET. make test runs each for
 # TEST_FUZZTIME, make soak for SOAK_FUZZTIME.
 FUZZ_TARGETS := \
-	./matcher:FuzzIndex ./matcher:FuzzValidate ./matcher:FuzzSubscribeOptions \
+	./matcher:FuzzIndex ./matcher:FuzzValidate ./matcher:FuzzSubscribeOptions ./matcher:FuzzAlgebra \
 	./gateway/broker:FuzzConnReader ./gateway/broker:FuzzStoredMessage ./gateway/broker:FuzzRestore \
 	./gateway/broker/auth:FuzzPasswordFile ./gateway/broker/auth:FuzzACL \
 	./gateway/bridge/mqttclient:FuzzClientStream ./gateway/bridge:FuzzTemplate \

@@ -1,6 +1,7 @@
 // Package matcher owns MQTT topic names and topic filters: their
-// validation, and the subscription index that maps a published topic to the
-// sessions that receive it.
+// validation, their algebra (whether two filters share a topic, whether one
+// covers another), and the subscription index that maps a published topic
+// to the sessions that receive it.
 //
 // # Semantics
 //
