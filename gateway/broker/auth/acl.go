@@ -202,11 +202,11 @@ func (p Permissions) CanSubscribe(filter string) bool {
 	for _, g := range p.grants {
 		switch {
 		case g.access == accessDeny:
-			if g.all || overlaps(g.filter, filter) {
+			if g.all || matcher.Overlaps(g.filter, filter) {
 				return false
 			}
 		case !ok && g.access&accessRead != 0:
-			ok = covers(g.filter, filter)
+			ok = matcher.Covers(g.filter, filter)
 		}
 	}
 	return ok
@@ -225,79 +225,4 @@ func (a *ACL) CanSubscribe(user, clientID, filter string) bool {
 // CanRead reports whether a message on topic may be delivered to the client.
 func (a *ACL) CanRead(user, clientID, topic string) bool {
 	return a.For(user, clientID).CanRead(topic)
-}
-
-// covers reports whether the rule filter matches every topic the
-// subscription filter sub matches. It answers level by level, so it is
-// sound but not complete: "+/#" matches every topic "#" does, yet does not
-// cover it here.
-func covers(rule, sub string) bool {
-	if wildStart(rule) && strings.HasPrefix(sub, "$") {
-		return false // [MQTT-4.7.2-1]
-	}
-	for {
-		r, rRest, rMore := strings.Cut(rule, "/")
-		s, sRest, sMore := strings.Cut(sub, "/")
-		switch {
-		case r == "#":
-			return true
-		case s == "#":
-			// It matches its parent and any deeper level; only "#" does.
-			return false
-		case r != "+" && r != s:
-			return false
-		}
-		switch {
-		case !rMore && !sMore:
-			return true
-		case !sMore:
-			// The rule goes deeper than sub; only "#", which also
-			// matches its parent, reaches back to sub's topics.
-			return rRest == "#"
-		case !rMore:
-			return false
-		}
-		rule, sub = rRest, sRest
-	}
-}
-
-// overlaps reports whether some topic matches both filters.
-func overlaps(a, b string) bool {
-	// A filter starting with a wildcard matches no topic beginning with
-	// '$'; one starting with '$' matches only such topics [MQTT-4.7.2-1].
-	if wildStart(a) && strings.HasPrefix(b, "$") || wildStart(b) && strings.HasPrefix(a, "$") {
-		return false
-	}
-	for first := true; ; first = false {
-		x, xRest, xMore := strings.Cut(a, "/")
-		y, yRest, yMore := strings.Cut(b, "/")
-		switch {
-		case x == "#" || y == "#":
-			return true
-		case x != "+" && y != "+" && x != y:
-			return false
-		}
-		switch {
-		case !xMore && !yMore:
-		case !xMore:
-			if yRest != "#" {
-				return false
-			}
-		case !yMore:
-			if xRest != "#" {
-				return false
-			}
-		default:
-			a, b = xRest, yRest
-			continue
-		}
-		// The common topic ends at this level. If it is the first and
-		// must be empty, the topic is "", which is no topic at all: "+"
-		// and "/#" share none.
-		return !first || x != "" && y != ""
-	}
-}
-
-func wildStart(filter string) bool {
-	return filter != "" && (filter[0] == '+' || filter[0] == '#')
 }

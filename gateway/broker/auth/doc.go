@@ -42,8 +42,9 @@
 // A publish is allowed when a write or readwrite rule's filter matches the
 // topic; a message is delivered when a read or readwrite rule's filter
 // does. A subscription is allowed when one read or readwrite rule covers it
-// (every topic the subscription can match, that rule's filter matches too)
-// and no deny rule's filter shares a single topic with it. A shared
+// (every topic the subscription can match, that rule's filter matches too:
+// matcher.Covers) and no deny rule's filter shares a single topic with it
+// (matcher.Overlaps). A shared
 // subscription $share/{group}/{filter} is judged by its filter. As in
 // matching, a filter beginning with '+' or '#' never reaches a topic
 // beginning with '$': to deny $SYS, deny "$SYS/#", not "#".
