@@ -116,25 +116,14 @@ type inRoute struct {
 	subID  int // the subscription identifier, 0 when the filter overlaps no other
 }
 
-// overlap reports whether some topic matches both filters.
+// overlap reports whether the upstream server may send one message for
+// both in-route filters, so that only subscription identifiers tell which
+// route it came through. A shared subscription receives what the filter
+// after its $share/{group}/ matches.
 func overlap(a, b string) bool {
-	la, lb := strings.Split(a, "/"), strings.Split(b, "/")
-	for i := 0; ; i++ {
-		switch {
-		case i < len(la) && la[i] == "#", i < len(lb) && lb[i] == "#":
-			return true
-		case i == len(la) && i == len(lb):
-			return true
-		case i == len(la) || i == len(lb):
-			// One ran out: only a following # (which matches its parent
-			// level) could still match, and that case returned above.
-			return false
-		case la[i] == "+" || lb[i] == "+" || la[i] == lb[i]:
-			continue
-		default:
-			return false
-		}
-	}
+	_, a, _ = matcher.SplitShared(a)
+	_, b, _ = matcher.SplitShared(b)
+	return matcher.Overlaps(a, b)
 }
 
 // maxSubID is the largest subscription identifier MQTT 5 allows (a

@@ -50,6 +50,18 @@ func TestOverlap(t *testing.T) {
 		{"+/+", "a/b", true},
 		{"#", "anything/at/all", true},
 		{"a/b/#", "a/c/#", false},
+		// A server never sends a '$' topic for a filter beginning with a
+		// wildcard [MQTT-4.7.2-1].
+		{"#", "$SYS/#", false},
+		{"+/broker/#", "$SYS/broker/uptime", false},
+		{"$SYS/#", "$SYS/broker/+", true},
+		// Their only common topic would be the empty one, which is none.
+		{"+", "/#", false},
+		// A shared subscription receives by the filter after its group.
+		{"$share/g/cmd/#", "cmd/+/relay", true},
+		{"$share/g/cmd/#", "$share/h/cmd/gw1/#", true},
+		{"$share/g/cmd/#", "#", true},
+		{"$share/g/cmd/#", "ota/#", false},
 	} {
 		if got := overlap(tc.a, tc.b); got != tc.want {
 			t.Errorf("overlap(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
@@ -98,5 +110,38 @@ func TestSubscriptionIdentifiersAreStableAndOnlyForOverlaps(t *testing.T) {
 	a, b := overlapping(ins)
 	if a == nil || a.index != 0 || b.index != 1 {
 		t.Errorf("overlapping = %v, %v; want in[0] and in[1]", a, b)
+	}
+}
+
+// TestSubscriptionIdentifiersFollowMQTTMatching checks that in-routes the
+// server can tell apart by filter alone get no identifiers and no overlap
+// error, and that a shared in-route gets one when its filter overlaps
+// another route's.
+func TestSubscriptionIdentifiersFollowMQTTMatching(t *testing.T) {
+	c := config.Bridge{Name: "cloud", In: []config.InRoute{
+		{Filter: "#", Topic: "cloud/{topic}", QoS: 1},
+		{Filter: "$SYS/broker/#", Topic: "cloud/sys/{3}", QoS: 0},
+	}}
+	_, ins, err := compileRoutes(c, "gw1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins[0].subID != 0 || ins[1].subID != 0 {
+		t.Errorf("# and $SYS/broker/# got identifiers %d and %d, want none: # never receives a $ topic", ins[0].subID, ins[1].subID)
+	}
+	if a, b := overlapping(ins); a != nil {
+		t.Errorf("overlapping = in[%d], in[%d]; want none, so that an MQTT 3.1.1 bridge may have both", a.index, b.index)
+	}
+
+	c.In = []config.InRoute{
+		{Filter: "$share/gateways/cmd/{device}/#", Topic: "{topic}", QoS: 1},
+		{Filter: "cmd/+/relay", Topic: "{topic}", QoS: 1},
+	}
+	_, ins, err = compileRoutes(c, "gw1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins[0].subID == 0 || ins[1].subID == 0 {
+		t.Errorf("a shared in-route and one its filter overlaps got identifiers %d and %d, want two", ins[0].subID, ins[1].subID)
 	}
 }
