@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge"
-	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/gateway/ops"
 	"github.com/fieldgate/fieldgate/sensors"
@@ -44,16 +43,12 @@ func (g *gw) startOps() error {
 	if g.cfg.Ops.Address == "" {
 		return nil
 	}
-	src, err := g.opsSources()
-	if err != nil {
-		return err
-	}
-	g.ops = ops.New(g.cfg.Ops.Address, src, g.log.With("component", "ops"))
+	g.ops = ops.New(g.cfg.Ops.Address, g.opsSources(), g.log.With("component", "ops"))
 	return g.ops.Start()
 }
 
 // opsSources shows the ops endpoint the gateway through its own view types.
-func (g *gw) opsSources() (ops.Sources, error) {
+func (g *gw) opsSources() ops.Sources {
 	started := time.Now()
 	device := sensors.DeviceName(g.cfg.Gateway.Name)
 	src := ops.Sources{
@@ -123,14 +118,11 @@ func (g *gw) opsSources() (ops.Sources, error) {
 		SetOutput: g.setOutput,
 		Token:     g.cfg.Ops.Token,
 	}
-	if path := g.cfg.Broker.PasswordFile; path != "" {
-		pw, err := auth.LoadPasswords(path)
-		if err != nil {
-			return src, fmt.Errorf("ops: broker.password_file: %w", err)
-		}
-		src.CheckPassword = func(user, password string) bool { return pw.Check(user, []byte(password)) }
+	if g.cfg.Broker.PasswordFile != "" {
+		// The broker's check: its bound on bcrypt holds for both.
+		src.CheckPassword = func(user, password string) bool { return g.b.CheckPassword(user, []byte(password)) }
 	}
-	return src, nil
+	return src
 }
 
 // setOutput switches an output the way an MQTT command does: a message on

@@ -73,7 +73,7 @@ type Broker struct {
 	opts  Options
 	log   *slog.Logger
 	index *matcher.Index
-	users *auth.Passwords          // nil without a password file
+	users *auth.Passwords          // nil without a password file; checked through the broker's own auth.Authenticator
 	acl   atomic.Pointer[auth.ACL] // replaced whole by SetACL
 	// outbound is Options.Outbound, replaced whole by SetOutbound.
 	outbound atomic.Pointer[[]Outbound]
@@ -145,7 +145,7 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 		b.opts.MaxStoredBytes = int64(config.Default().Storage.MaxQueuedBytes)
 	}
 	if opts.PasswordFile != "" {
-		users, err := auth.LoadPasswords(opts.PasswordFile)
+		users, err := auth.NewAuthenticator().LoadPasswords(opts.PasswordFile)
 		if err != nil {
 			return nil, fmt.Errorf("broker: broker.password_file: %w", err)
 		}
@@ -432,6 +432,13 @@ func (b *Broker) sweep(now time.Time) {
 // new ones, connections already open keep the rules they were given.
 func (b *Broker) SetACL(rules []config.ACLRule) {
 	b.acl.Store(auth.NewACL(rules))
+}
+
+// CheckPassword reports whether password is user's in the broker's
+// password file, as an MQTT login would: within the same bound on bcrypt
+// and with the same remembered checks. It is false without a password file.
+func (b *Broker) CheckPassword(user string, password []byte) bool {
+	return b.users.Check(user, password)
 }
 
 // SetOutbound replaces the outbound queues offered every routed message,

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -17,23 +19,47 @@ import (
 // entry, so strangers cannot flood it.
 const cacheSize = 4096
 
-// bcryptSlots bounds the bcrypt computations running at once in the
-// process. It leaves one CPU for routing, so that a storm of connections
-// slows logins, not the messages of clients already connected.
-var bcryptSlots = make(chan struct{}, max(1, runtime.NumCPU()-1))
+// An Authenticator holds what every password check in a process shares: a
+// bound on the bcrypt computations running at once and the cache of
+// successful checks. The broker owns one, loads its password file through
+// it and answers every check with it, for MQTT logins and the ops endpoint
+// alike, so that the bound holds for all of them. Its methods are safe for
+// concurrent use.
+type Authenticator struct {
+	// slots bounds the bcrypt computations running at once. It leaves one
+	// CPU for routing, so that a storm of connections slows logins, not
+	// the messages of clients already connected.
+	slots chan struct{}
+	// cache remembers successful checks. It outlives a Passwords: after a
+	// reload through the same Authenticator, a device whose hash did not
+	// change is still known, while a changed hash no longer matches its
+	// entries.
+	cache *cache
+}
 
-// cacheKey is mixed into every cached digest, so that the digests mean
-// nothing outside this process and no precomputed table of SHA-256 sums
-// of common passwords applies to them.
-var cacheKey = func() (k [32]byte) {
-	rand.Read(k[:])
-	return k
-}()
+// NewAuthenticator returns an Authenticator with one bcrypt slot fewer than
+// the CPUs (at least one) and room to remember cacheSize successful checks.
+func NewAuthenticator() *Authenticator {
+	return &Authenticator{
+		slots: make(chan struct{}, max(1, runtime.NumCPU()-1)),
+		cache: newCache(cacheSize),
+	}
+}
 
-// checked is the process's cache of successful checks. It outlives a
-// Passwords: after a reload, a device whose hash did not change is still
-// known, while a changed hash no longer matches its entries.
-var checked = newCache(cacheSize)
+// LoadPasswords reads a password file whose checks go through a, reporting
+// every bad line in a *FileError.
+func (a *Authenticator) LoadPasswords(path string) (*Passwords, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: read password file: %w", err)
+	}
+	p, err := parsePasswords(path, data)
+	if err != nil {
+		return nil, err
+	}
+	p.auth = a
+	return p, nil
+}
 
 // Check reports whether password is user's password. It takes about as long
 // for an unknown user as for a known one; unless the check is remembered,
@@ -42,22 +68,23 @@ func (p *Passwords) Check(user string, password []byte) bool {
 	if p == nil || len(password) == 0 || len(password) > MaxPasswordLen {
 		return false
 	}
+	c := p.auth.cache
 	hash, known := p.users[user]
-	sum := passwordSum(password)
-	if known && p.cache.hit(user, hash, sum) {
+	sum := c.sum(password)
+	if known && c.hit(user, hash, sum) {
 		return true
 	}
 	target := hash
 	if !known {
 		target = p.dummy
 	}
-	bcryptSlots <- struct{}{}
+	p.auth.slots <- struct{}{}
 	err := bcrypt.CompareHashAndPassword([]byte(target), password)
-	<-bcryptSlots
+	<-p.auth.slots
 	if !known || err != nil {
 		return false
 	}
-	p.cache.add(user, hash, sum)
+	c.add(user, hash, sum)
 	return true
 }
 
@@ -66,6 +93,10 @@ func (p *Passwords) Check(user string, password []byte) bool {
 // same hash and the same password.
 type cache struct {
 	max int
+	// key is mixed into every cached digest, so that the digests mean
+	// nothing outside this cache and no precomputed table of SHA-256 sums
+	// of common passwords applies to them.
+	key [32]byte
 	mu  sync.Mutex
 	m   map[string]cached
 }
@@ -76,12 +107,15 @@ type cached struct {
 }
 
 func newCache(max int) *cache {
-	return &cache{max: max, m: map[string]cached{}}
+	c := &cache{max: max, m: map[string]cached{}}
+	rand.Read(c.key[:])
+	return c
 }
 
-func passwordSum(password []byte) (sum [sha256.Size]byte) {
+// sum is the digest of password that the cache keeps.
+func (c *cache) sum(password []byte) (sum [sha256.Size]byte) {
 	h := sha256.New()
-	h.Write(cacheKey[:])
+	h.Write(c.key[:])
 	h.Write(password)
 	h.Sum(sum[:0])
 	return sum

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,6 @@ func (c *cache) len() int {
 
 func TestCheck(t *testing.T) {
 	p := load(t, "bob:"+hash(t, "right")+"\nmax:"+hash(t, strings.Repeat("m", MaxPasswordLen))+"\n")
-	p.cache = newCache(cacheSize)
 	long := strings.Repeat("m", MaxPasswordLen)
 	steps := []struct {
 		name, user, password string
@@ -45,15 +45,15 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// holdSlots takes every bcrypt slot, so that a Check that needs bcrypt
-// blocks until the returned function gives them back.
-func holdSlots() (release func()) {
-	for range cap(bcryptSlots) {
-		bcryptSlots <- struct{}{}
+// holdSlots takes every bcrypt slot of a, so that a Check through a that
+// needs bcrypt blocks until the returned function gives them back.
+func holdSlots(a *Authenticator) (release func()) {
+	for range cap(a.slots) {
+		a.slots <- struct{}{}
 	}
 	return func() {
-		for range cap(bcryptSlots) {
-			<-bcryptSlots
+		for range cap(a.slots) {
+			<-a.slots
 		}
 	}
 }
@@ -67,12 +67,11 @@ func checkAsync(p *Passwords, user, password string) <-chan bool {
 
 func TestCheckCacheSkipsBcrypt(t *testing.T) {
 	p := load(t, "bob:"+hash(t, "right")+"\n")
-	p.cache = newCache(cacheSize)
 	if !p.Check("bob", []byte("right")) {
 		t.Fatal("right password refused")
 	}
 
-	release := holdSlots()
+	release := holdSlots(p.auth)
 	select {
 	case ok := <-checkAsync(p, "bob", "right"):
 		if !ok {
@@ -100,7 +99,8 @@ func TestCheckCacheSkipsBcrypt(t *testing.T) {
 
 func TestCheckCacheFollowsHash(t *testing.T) {
 	path := writeFile(t, "bob:"+hash(t, "old")+"\n")
-	p, err := LoadPasswords(path)
+	a := NewAuthenticator()
+	p, err := a.LoadPasswords(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +110,12 @@ func TestCheckCacheFollowsHash(t *testing.T) {
 	if err := SetPassword(path, "bob", []byte("new")); err != nil {
 		t.Fatal(err)
 	}
-	reloaded, err := LoadPasswords(path)
+	reloaded, err := a.LoadPasswords(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reloaded.cache != p.cache {
-		t.Fatal("a reload does not share the process's cache")
+	if reloaded.auth.cache != p.auth.cache {
+		t.Fatal("a reload through the same Authenticator does not share its cache")
 	}
 	if reloaded.Check("bob", []byte("old")) {
 		t.Error("the old password still works after a change, from the cache")
@@ -130,6 +130,50 @@ func TestCheckCacheFollowsHash(t *testing.T) {
 	}
 }
 
+// TestAuthenticatorBound checks that every password file loaded through one
+// Authenticator waits for its bcrypt slots, and one with its own does not.
+func TestAuthenticatorBound(t *testing.T) {
+	a := NewAuthenticator()
+	if want := max(1, runtime.NumCPU()-1); cap(a.slots) != want || a.cache.max != cacheSize {
+		t.Errorf("%d slots and a cache of %d; want %d (one CPU left for routing) and %d", cap(a.slots), a.cache.max, want, cacheSize)
+	}
+	path := writeFile(t, "bob:"+hash(t, "right")+"\n")
+	p1, err := a.LoadPasswords(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := a.LoadPasswords(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := LoadPasswords(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	release := holdSlots(a)
+	c1, c2 := checkAsync(p1, "bob", "right"), checkAsync(p2, "bob", "right")
+	select {
+	case ok := <-checkAsync(own, "bob", "right"):
+		if !ok {
+			t.Error("right password refused")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a password file with an Authenticator of its own waited for another's slots")
+	}
+	select {
+	case <-c1:
+		t.Error("a check went past its Authenticator's bound")
+	case <-c2:
+		t.Error("a check of a second file went past the Authenticator's bound")
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if !<-c1 || !<-c2 {
+		t.Error("right password refused")
+	}
+}
+
 func TestCheckCacheBound(t *testing.T) {
 	const users, bound = 12, 5
 	var b strings.Builder
@@ -137,13 +181,13 @@ func TestCheckCacheBound(t *testing.T) {
 		fmt.Fprintf(&b, "user%d:%s\n", i, hash(t, fmt.Sprint("pw", i)))
 	}
 	p := load(t, b.String())
-	p.cache = newCache(bound)
+	p.auth.cache = newCache(bound)
 	for round := range 3 {
 		for i := range users {
 			if !p.Check(fmt.Sprint("user", i), []byte(fmt.Sprint("pw", i))) {
 				t.Fatalf("round %d: user%d refused", round, i)
 			}
-			if n := p.cache.len(); n > bound {
+			if n := p.auth.cache.len(); n > bound {
 				t.Fatalf("cache holds %d entries, bound %d", n, bound)
 			}
 			if p.Check(fmt.Sprint("user", i), []byte("wrong")) {
@@ -151,7 +195,7 @@ func TestCheckCacheBound(t *testing.T) {
 			}
 		}
 	}
-	if n := p.cache.len(); n != bound {
+	if n := p.auth.cache.len(); n != bound {
 		t.Errorf("cache holds %d entries, want it full at %d", n, bound)
 	}
 }
@@ -164,7 +208,7 @@ func TestCheckConcurrent(t *testing.T) {
 	}
 	p := load(t, b.String())
 	// A cache smaller than the user count keeps evicting under contention.
-	p.cache = newCache(users / 2)
+	p.auth.cache = newCache(users / 2)
 
 	var wg sync.WaitGroup
 	errs := make(chan string, 64)

@@ -13,12 +13,13 @@
 //
 // Check is safe for concurrent use and costs about the same for a user the
 // file does not name as for one it does, so its timing does not tell which
-// users exist. bcrypt is slow on purpose, which a gateway must contain: a
-// successful check is remembered (as a keyed SHA-256 of the password, with
-// the hash it matched) so a device that reconnects every few seconds pays
-// bcrypt once, and bcrypt comparisons are limited to one fewer than the
-// number of CPUs (at least one), so that a storm of connections cannot take
-// every core from message routing. bcrypt uses only the first 72 bytes of a password;
+// users exist. bcrypt is slow on purpose, which a gateway must contain, and
+// an Authenticator does: the broker owns one and loads its password file
+// through it. It remembers a successful check (as a keyed SHA-256 of the
+// password, with the hash it matched) so a device that reconnects every few
+// seconds pays bcrypt once, and it limits bcrypt comparisons to one fewer
+// than the number of CPUs (at least one), so that a storm of connections
+// cannot take every core from message routing. bcrypt uses only the first 72 bytes of a password;
 // Check refuses longer ones rather than let two passwords that share those
 // bytes both succeed, and refuses empty ones.
 //

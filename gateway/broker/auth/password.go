@@ -3,7 +3,6 @@ package auth
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 	"unicode"
@@ -100,20 +99,21 @@ func (e *FileError) Unwrap() error { return ErrInvalid }
 type Passwords struct {
 	users map[string]string // username to bcrypt hash
 	dummy string            // the hash unknown users are compared against
-	cache *cache
+	auth  *Authenticator    // the bcrypt slots and cache its checks use
 }
 
-// LoadPasswords reads a password file, reporting every bad line in a *FileError.
+// LoadPasswords reads a password file, reporting every bad line in a
+// *FileError. Its checks go through an Authenticator of its own: it suits a
+// command that checks the file, while a server loads its file with its
+// Authenticator's LoadPasswords.
 func LoadPasswords(path string) (*Passwords, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth: read password file: %w", err)
-	}
-	return parsePasswords(path, data)
+	return NewAuthenticator().LoadPasswords(path)
 }
 
+// parsePasswords parses the password file name holds, without an
+// Authenticator.
 func parsePasswords(name string, data []byte) (*Passwords, error) {
-	p := &Passwords{users: map[string]string{}, cache: checked}
+	p := &Passwords{users: map[string]string{}}
 	seen := map[string]int{} // username to the line that first has it
 	costs := map[int]int{}   // bcrypt cost to how many entries use it
 	var problems []Problem
@@ -247,7 +247,9 @@ func (p *Passwords) Len() int {
 	return len(p.users)
 }
 
-// HashPassword returns a bcrypt hash of password at HashCost, for a password file.
+// HashPassword returns a bcrypt hash of password at HashCost, for a password
+// file. It takes no bcrypt slot: it serves fieldgate passwd, which hashes one
+// password and exits, not a server's checks.
 func HashPassword(password []byte) (string, error) {
 	switch {
 	case len(password) == 0:
@@ -255,9 +257,7 @@ func HashPassword(password []byte) (string, error) {
 	case len(password) > MaxPasswordLen:
 		return "", ErrPasswordTooLong
 	}
-	bcryptSlots <- struct{}{}
 	h, err := bcrypt.GenerateFromPassword(password, hashCost)
-	<-bcryptSlots
 	if err != nil {
 		return "", fmt.Errorf("auth: hash password: %w", err)
 	}
