@@ -232,7 +232,7 @@ echo "==== report"
 args=(-results results -o "$REPORT" -svg "$(dirname "$REPORT")/bench" -arch "$arch")
 if [ "$QUICK" = 1 ]; then args+=(-quick); fi
 report_ok=1
-go run ./cmd/benchreport "${args[@]}" || report_ok=0
+go run ./cmd/benchreport report "${args[@]}" || report_ok=0
 
 echo
 echo "==== bench-all ($mode) took $(duration $((SECONDS - all_start)))"
