@@ -30,8 +30,8 @@
 #
 # Environment:
 #   QUICK=1        smoke run of the whole pipeline, 5 to 6 minutes: QUICK=1 for every
-#                  script; the matcher only at 1k and 100k subscriptions (w10% distinct d5),
-#                  0.1 s per row, into results/matcher-quick-*
+#                  script (the matcher's: 1k and 100k subscriptions, w10% distinct d5,
+#                  0.1 s per row), into results/*-quick-*
 #   COUNT=3        repetitions of every part (the report shows medians; QUICK=1: 1)
 #   PARTS="matcher broker sweeps storage bridge footprint"
 #                  the parts to run; the report is written after them from whatever
@@ -117,39 +117,11 @@ describe_all() {
 	echo "kernel: $(uname -sr)"
 	echo "os: ${os:-unknown}"
 	echo "fieldgate: $(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo unknown)"
-	echo "mochi: $(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2)"
-	echo "nats: $(go list -m -f '{{.Path}} {{.Version}}' github.com/nats-io/nats-server/v2)"
-	echo "bbolt: $(go list -m -f '{{.Path}} {{.Version}}' go.etcd.io/bbolt)"
+	describe_module mochi github.com/mochi-mqtt/server/v2
+	describe_module nats github.com/nats-io/nats-server/v2
+	describe_module bbolt go.etcd.io/bbolt
 	echo "mosquitto: $mosquitto_version"
 	echo "settings: COUNT=${COUNT:-1} PARTS=\"$PARTS\" SWEEP_CONNS=\"$SWEEP_CONNS\" SWEEP_SUBS=\"$SWEEP_SUBS\" PACED_RATE=$PACED_RATE"
-}
-
-# part_matcher: bench-matcher.sh; for QUICK=1, which it does not know, a
-# run of its benchmark binaries on a few rows into results/matcher-quick-*.
-part_matcher() {
-	if [ "$QUICK" != 1 ]; then
-		./bench-matcher.sh
-		return
-	fi
-	local a bin out peers raws=()
-	peers=$(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2 github.com/nats-io/nats-server/v2 | paste -sd, - | sed 's/,/, /g')
-	for a in "$arch" 386; do
-		bin="$tmp/matcherbench-$a.test"
-		out="$results/matcher-quick-$a.txt"
-		echo "== GOARCH=$a: building"
-		GOARCH=$a go test -c -o "$bin" ./matcherbench
-		if ! "$bin" -test.run '^$' >/dev/null 2>&1; then
-			echo "GOARCH=$a binaries do not run here: skipped" >&2
-			continue
-		fi
-		echo "== GOARCH=$a: running (raw output: ${out#"$here/"})"
-		(cd matcherbench && BENCH_MAX_SUBS=100000 "$bin" -test.run '^$' \
-			-test.bench '^BenchmarkMatch$/impl=/subs=/wild=10/prefix=distinct/depth=5/' \
-			-test.benchtime 0.1s -test.count "${COUNT:-1}" -test.timeout 0) 2>&1 | tee "$out"
-		raws+=("results/matcher-quick-$a.txt")
-	done
-	[ ${#raws[@]} -gt 0 ] || return 1
-	go run ./cmd/benchtable -o "$results/matcher-quick-summary.md" -go "$(go env GOVERSION)" -peers "$peers" "${raws[@]}"
 }
 
 # part_sweeps: bench-broker.sh's memory scenarios once per size pair: the
@@ -186,6 +158,7 @@ part_sweeps() {
 part_footprint() {
 	if [ -x bench-footprint.sh ]; then ./bench-footprint.sh; else bash ./bench-footprint.sh; fi
 }
+part_matcher() { ./bench-matcher.sh; }
 part_broker() { ./bench-broker.sh; }
 part_storage() { ./bench-storage.sh; }
 part_bridge() { PACED_RATE=$PACED_RATE ./bench-bridge.sh; }

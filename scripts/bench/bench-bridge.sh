@@ -530,5 +530,5 @@ for item in "${plan[@]}"; do
 	if [ "${KEEP_LOGS:-0}" != 1 ]; then rm -rf "${tmp:?}/$b-$kind-$runs" "${tmp:?}/direct-$runs"; fi
 	sync -f "$tmp"
 done
-summarize "$start"
+summarize "$start" bridge
 exit "$status"

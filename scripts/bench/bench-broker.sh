@@ -85,7 +85,7 @@ settings="COUNT=$COUNT DURATION=$DURATION LATENCY_DURATION=$LATENCY_DURATION WAR
 {
 	describe_machine
 	echo "fieldgate: $fieldgate_version"
-	echo "mochi: $(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2)"
+	describe_module mochi github.com/mochi-mqtt/server/v2
 	echo "mosquitto: $mosquitto_version"
 	describe_run "$settings"
 } | tee "$raw"
@@ -195,5 +195,5 @@ for rep in $(seq "$COUNT"); do
 		done
 	done
 done
-summarize "$start"
+summarize "$start" broker
 exit $status

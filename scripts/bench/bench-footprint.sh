@@ -281,10 +281,5 @@ if step sizes; then size_lines | tee -a "$raw"; fi
 if step heap; then heap_runs; fi
 if step rss; then rss_runs; fi
 
-echo "loadavg-end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$raw"
-echo "== runs took $((SECONDS - start))s; raw output: ${raw#"$here/"}" >&2
-echo
-go run ./cmd/footprint summary -o "$summary" "$raw"
-echo
-echo "summary written to ${summary#"$here/"}"
+summarize "$start" footprint
 exit $status

@@ -111,7 +111,7 @@ settings="COUNT=$COUNT DURATION=$DURATION WARMUP=$WARMUP PUBS=\"$PUBS\" SUBS=$SU
 {
 	describe_machine
 	echo "fieldgate: $fieldgate_version"
-	echo "mochi: $(go list -m -f '{{.Path}} {{.Version}}' github.com/mochi-mqtt/server/v2)"
+	describe_module mochi github.com/mochi-mqtt/server/v2
 	echo "bbolt: $(go list -m -f '{{.Version}}' go.etcd.io/bbolt) (for fieldgate and mochi's hook alike: Go's module selection takes the newer of their requirements)"
 	echo "mosquitto: $mosquitto_version"
 	echo "disk: $disk"
@@ -260,5 +260,5 @@ for rep in $(seq "$COUNT"); do
 		done
 	done
 done
-summarize "$start" -storage
+summarize "$start" storage
 exit $status

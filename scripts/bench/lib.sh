@@ -1,5 +1,5 @@
-# Shell functions shared by bench-broker.sh and bench-storage.sh, which
-# source this file after changing to scripts/bench. Both start fieldgate's
+# Shell functions shared by the bench-*.sh scripts, which source this
+# file after changing to scripts/bench. The broker scripts start fieldgate's
 # broker, mochi-mqtt's server (cmd/mochiserver) and Mosquitto one at a time
 # on loopback ports of their own and drive them with cmd/brokerload.
 #
@@ -142,6 +142,10 @@ describe_machine() {
 	echo "go: $(go env GOVERSION)"
 }
 
+# describe_module KEY MODULE: a "KEY: MODULE VERSION" line, the version of
+# MODULE this module builds with.
+describe_module() { echo "$1: $(go list -m -f '{{.Path}} {{.Version}}' "$2")"; }
+
 # describe_run SETTINGS: the last lines of the raw output's header: the
 # settings, the date, the load average and a "# skip" line for every
 # broker that cannot run.
@@ -194,16 +198,15 @@ check_load() {
 	esac
 }
 
-# summarize START [FLAG...]: ends the raw output, reports how long the runs
-# since START (in SECONDS) took, and writes and prints the summary, passing
-# FLAGs to brokerload summary.
+# summarize START PART: ends the raw output, reports how long the runs
+# since START (in SECONDS) took, and writes and prints the summary of PART
+# (broker, storage, bridge or footprint) with cmd/benchreport.
 summarize() {
-	local start=$1
-	shift
+	local start=$1 part=$2
 	echo "loadavg-end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$raw"
 	echo "== runs took $((SECONDS - start))s; raw output: ${raw#"$here/"}" >&2
 	echo
-	"$load" summary "$@" -o "$summary" "${raw#"$here/"}"
+	go run ./cmd/benchreport summary -o "$summary" "$part" "${raw#"$here/"}"
 	echo
 	echo "summary written to ${summary#"$here/"}"
 }

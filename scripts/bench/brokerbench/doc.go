@@ -49,6 +49,7 @@
 //
 //	BenchmarkBroker/mochi/qos0-10x10 1 123456 msgs/s 130000 sent/s 95 delivered-%
 //
-// so benchstat reads the raw output, and Summarize turns it into a Markdown
-// table with medians, ratios and the targets fieldgate's broker must meet.
+// so benchstat reads the raw output, and so does package report, which
+// turns it into tables of medians and ratios and judges fieldgate's broker
+// against its targets (cmd/benchreport).
 package brokerbench

@@ -9,12 +9,12 @@
 // ready, subscribes to the readings, and once a second samples the
 // process's resident set from /proc and the gateway's own figures from
 // /metrics, writing one raw line per sample and one result line at the
-// end. Summarize turns the raw output of a whole run into the Markdown
-// section that docs/BENCHMARKS.md embeds.
+// end.
 //
-// The raw output is line-oriented text: "key: value" header lines
-// (describe_machine in lib.sh), "size" and "deb" lines, Go benchmark lines
-// of BenchmarkFootprint after a "goarch:" line, and "sample" and "rss"
-// lines of space-separated key=value pairs; "# warn" lines report
-// problems, which the summary lists.
+// The raw output of a run is line-oriented text: "key: value" header
+// lines (describe_machine in lib.sh), "size" and "deb" lines, Go benchmark
+// lines of BenchmarkFootprint after a "heap-binary:" line, and "sample"
+// and "rss" lines of space-separated key=value pairs; "# warn" lines
+// report problems. Package report reads it and writes the summary that
+// docs/BENCHMARKS.md shows.
 package footprint

@@ -5,7 +5,6 @@
 //	bridgeload count   -broker NAME -scenario NAME -addr UPSTREAM -client ID -n N [-events FILE] [-live HOST:PORT] [flags]
 //	bridgeload publish -broker NAME -scenario NAME -addr HOST:PORT (-n N | -for DURATION) [-pubs P] [-pid PID] [flags]
 //	bridgeload probe   -addr HOST:PORT
-//	bridgeload summary [-o FILE] RAW...
 //
 // count is the upstream's persistent subscriber: it runs through the whole
 // scenario, appends its progress to the events file for the script to wait
@@ -15,8 +14,8 @@
 // messages to the broker under test and prints one line when the last is
 // acknowledged; with -for, it publishes on the live topic for that long
 // and prints the rate. probe publishes one message on the probe topic, which
-// count reports when it arrives upstream. summary reads raw output and
-// prints the Markdown summary.
+// count reports when it arrives upstream. cmd/benchreport summarizes the
+// lines they print.
 //
 // Exit status: 0 done, 1 failed, 2 bad command line, 3 no CONNACK (after
 // a "# skip NAME: ..." line).
@@ -29,7 +28,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -56,11 +54,9 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 			return cmdPublish(args[1:], stdout, stderr)
 		case "probe":
 			return cmdProbe(args[1:], stderr)
-		case "summary":
-			return cmdSummary(args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "usage: bridgeload count|publish|probe|summary [flags]; bridgeload CMD -h for the flags")
+	fmt.Fprintln(stderr, "usage: bridgeload count|publish|probe [flags]; bridgeload CMD -h for the flags")
 	return exitUsage
 }
 
@@ -184,46 +180,4 @@ func cmdProbe(args []string, stderr io.Writer) int {
 		return exitFail
 	}
 	return 0
-}
-
-func cmdSummary(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bridgeload summary", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "", "also write the summary to this `file`")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: bridgeload summary [-o FILE] RAW...")
-		return exitUsage
-	}
-	s := brokerbench.NewSummary()
-	for _, name := range fs.Args() {
-		if err := readRaw(s, name); err != nil {
-			fmt.Fprintln(stderr, "bridgeload summary:", err)
-			return exitFail
-		}
-	}
-	var md strings.Builder
-	if err := s.WriteBridgeMarkdown(&md); err != nil {
-		fmt.Fprintln(stderr, "bridgeload summary:", err)
-		return exitFail
-	}
-	fmt.Fprint(stdout, md.String())
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md.String()), 0o644); err != nil {
-			fmt.Fprintln(stderr, "bridgeload summary:", err)
-			return exitFail
-		}
-	}
-	return 0
-}
-
-func readRaw(s *brokerbench.Summary, name string) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return s.Read(name, f)
 }

@@ -1,17 +1,13 @@
-// Command brokerload measures an MQTT broker over TCP, and summarizes the
-// measurements of several brokers side by side (see package brokerbench).
+// Command brokerload measures an MQTT broker over TCP (see package
+// brokerbench); cmd/benchreport summarizes the measurements of several
+// brokers side by side.
 //
 //	brokerload run -broker NAME -addr HOST:PORT [-pid PID] [-scenarios LIST] [flags]
-//	brokerload summary [-storage] [-o FILE] RAW...
 //
 // run prints one Go benchmark line per scenario on standard output and
 // progress on standard error. It exits 0 when every scenario ran, 1 when
 // one failed, 2 on a bad command line, and 3 when the broker did not answer
 // CONNACK in time, after printing a "# skip NAME: ..." line.
-//
-// summary reads the raw output of runs and prints a Markdown summary:
-// medians, ratios against fieldgate and the targets it must meet; with
-// -storage, that of the persistence scenarios (bench-storage.sh).
 package main
 
 import (
@@ -46,12 +42,9 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "run":
 			return cmdRun(args[1:], stdout, stderr)
-		case "summary":
-			return cmdSummary(args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprintln(stderr, "usage: brokerload run -broker NAME -addr HOST:PORT [-pid PID] [flags]")
-	fmt.Fprintln(stderr, "       brokerload summary [-storage] [-o FILE] RAW...")
 	return exitUsage
 }
 
@@ -182,51 +175,4 @@ func raiseFileLimit(want uint64) (uint64, error) {
 		}
 	}
 	return lim.Cur, nil
-}
-
-func cmdSummary(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("brokerload summary", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "", "also write the summary to this `file`")
-	storage := fs.Bool("storage", false, "summarize the persistence scenarios (bench-storage.sh)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: brokerload summary [-storage] [-o FILE] RAW...")
-		return exitUsage
-	}
-	s := brokerbench.NewSummary()
-	for _, name := range fs.Args() {
-		if err := readRaw(s, name); err != nil {
-			fmt.Fprintln(stderr, "brokerload summary:", err)
-			return exitFail
-		}
-	}
-	var md strings.Builder
-	write := s.WriteMarkdown
-	if *storage {
-		write = s.WriteStorageMarkdown
-	}
-	if err := write(&md); err != nil {
-		fmt.Fprintln(stderr, "brokerload summary:", err)
-		return exitFail
-	}
-	fmt.Fprint(stdout, md.String())
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md.String()), 0o644); err != nil {
-			fmt.Fprintln(stderr, "brokerload summary:", err)
-			return exitFail
-		}
-	}
-	return 0
-}
-
-func readRaw(s *brokerbench.Summary, name string) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return s.Read(name, f)
 }

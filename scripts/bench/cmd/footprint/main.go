@@ -1,24 +1,20 @@
-// Command footprint follows a running gateway for bench-footprint.sh, and
-// writes the summary of a run (see package footprint).
+// Command footprint follows a running gateway for bench-footprint.sh (see
+// package footprint); cmd/benchreport summarizes the run.
 //
 //	footprint watch -label NAME -pid PID -mqtt HOST:PORT -ops HOST:PORT [-duration 60s] [-interval 1s]
-//	footprint summary [-o FILE] RAW
 //
 // watch prints a "sample" line per second and an "rss" line at the end on
 // standard output; it exits 1 when the gateway exits, never becomes ready
-// or sends no readings. summary prints the Markdown section, and writes it
-// to FILE too with -o.
+// or sends no readings.
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -40,12 +36,9 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "watch":
 			return cmdWatch(args[1:], stdout, stderr)
-		case "summary":
-			return cmdSummary(args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprintln(stderr, "usage: footprint watch -label NAME -pid PID -mqtt HOST:PORT -ops HOST:PORT [flags]")
-	fmt.Fprintln(stderr, "       footprint summary [-o FILE] RAW")
 	return exitUsage
 }
 
@@ -75,43 +68,5 @@ func cmdWatch(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "# warn %s: %v\n", cfg.Label, err)
 		return exitFail
 	}
-	return 0
-}
-
-func cmdSummary(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("footprint summary", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "", "also write the summary to this `file`")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: footprint summary [-o FILE] RAW")
-		return exitUsage
-	}
-	name := fs.Arg(0)
-	f, err := os.Open(name)
-	if err != nil {
-		fmt.Fprintln(stderr, "footprint summary:", err)
-		return exitFail
-	}
-	defer f.Close()
-	raw, err := footprint.Parse(f)
-	if err != nil {
-		fmt.Fprintf(stderr, "footprint summary: %s: %v\n", name, err)
-		return exitFail
-	}
-	var buf bytes.Buffer
-	if err := footprint.Summarize(&buf, raw, "scripts/bench/results/"+filepath.Base(name)); err != nil {
-		fmt.Fprintln(stderr, "footprint summary:", err)
-		return exitFail
-	}
-	if *out != "" {
-		if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
-			fmt.Fprintln(stderr, "footprint summary:", err)
-			return exitFail
-		}
-	}
-	_, _ = stdout.Write(buf.Bytes())
 	return 0
 }
