@@ -55,22 +55,12 @@ func (s brokerSummary) throughputTable(w *markdown) {
 	w.para("`qos0-10x10`: QoS 0, 10 publishers each to its own subscriber; `1x1000`: one publisher, " +
 		"1,000 subscribers of its topic. Publishers send as fast as the broker takes messages, QoS 1 ones " +
 		"with a window of unacknowledged messages.")
-	var rows [][]string
-	for _, sc := range scs {
-		rows = append(rows, s.row(sc, "msgs/s", true, true, "`"+sc+"`"))
-	}
-	align, head := s.head(ours+" ÷ %s", "scenario")
-	w.table(align, head, rows...)
+	s.scenarioTable(w, scs, "msgs/s", ours+" ÷ %s")
 	w.para("Messages delivered per message sent, in % of the subscribers that should get it: " +
 		"below 100, the broker dropped QoS 0 messages. Approximate, since messages are in flight at both ends " +
 		"of the interval; n/a for QoS 0 fan-out, where the messages buffered between publisher and broker " +
 		"outnumber those published while measuring.")
-	rows = nil
-	for _, sc := range scs {
-		rows = append(rows, s.row(sc, "delivered-%", false, false, "`"+sc+"`"))
-	}
-	align, head = s.head("", "scenario")
-	w.table(align, head, rows...)
+	s.scenarioTable(w, scs, "delivered-%", "")
 }
 
 func (s brokerSummary) latencyTable(w *markdown) {

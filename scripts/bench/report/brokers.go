@@ -300,6 +300,18 @@ func (s *brokerRuns) row(scenario, unit string, ratios, higherIsBetter bool, lea
 	return cells
 }
 
+// scenarioTable writes a table of a rate in unit: a row per scenario, a
+// column per broker and, unless ratioFmt is empty, a column per peer of
+// the ratio fieldgate ÷ peer, headed as ratioFmt says.
+func (s *brokerRuns) scenarioTable(w *markdown, scenarios []string, unit, ratioFmt string) {
+	var rows [][]string
+	for _, sc := range scenarios {
+		rows = append(rows, s.row(sc, unit, ratioFmt != "", true, "`"+sc+"`"))
+	}
+	align, head := s.head(ratioFmt, "scenario")
+	w.table(align, head, rows...)
+}
+
 // writeProblems lists the skipped runs and the warnings.
 func (s *brokerRuns) writeProblems(w *markdown) {
 	if len(s.skips) == 0 && len(s.warnings) == 0 {

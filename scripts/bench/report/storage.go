@@ -108,12 +108,7 @@ func (s storageSummary) body(w *markdown) {
 		w.para("`persist-qos1-100x3`: 100 publishers send QoS 1 messages of distinct topics as fast as the broker " +
 			"acknowledges them, each with a window of unacknowledged messages, while 3 persistent sessions " +
 			"subscribed to every topic are disconnected: every message is queued three times for sessions that are away.")
-		var rows [][]string
-		for _, sc := range scs {
-			rows = append(rows, s.row(sc, "acks/s", true, true, "`"+sc+"`"))
-		}
-		align, head := s.head(ours+" ÷ %s", "scenario")
-		w.table(align, head, rows...)
+		s.scenarioTable(w, scs, "acks/s", ours+" ÷ %s")
 
 		w.heading(2, "Disk: sync calls and bytes written")
 		w.para("Disk bytes: the growth of `write_bytes` in /proc/PID/io over the measured interval (what the " +
@@ -127,7 +122,7 @@ func (s storageSummary) body(w *markdown) {
 			"counted by strace in a second run of the scenario on a fresh broker: strace stops the broker " +
 			"at every such call, which slows it, so that run's PUBACKs per second are shown beside them " +
 			"and nowhere else.")
-		rows = nil
+		var rows [][]string
 		for _, sc := range scs {
 			traced := sc + tracedSuffix
 			for i, r := range []struct {
@@ -153,7 +148,7 @@ func (s storageSummary) body(w *markdown) {
 				rows = append(rows, cells)
 			}
 		}
-		align, head = s.head("", "scenario", "figure")
+		align, head := s.head("", "scenario", "figure")
 		w.table(align, head, rows...)
 	}
 	s.writeProblems(w)
