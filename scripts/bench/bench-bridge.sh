@@ -114,40 +114,22 @@ LIVE=${LIVE:-1}
 IDLE=${IDLE:-10s}
 CRASH_LATE=${CRASH_LATE:-3}
 BROKERS=${BROKERS:-"fieldgate mosquitto"}
-STATE_DIR=${STATE_DIR:-${TMPDIR:-/tmp}}
 PORT=${PORT:-18850}
 result_files bridge
 
 # The other broker benchmarks share the cores and the disk: one at a time.
 take_bench_lock "waiting for another broker benchmark to finish"
 
-mkdir -p "$STATE_DIR"
-tmp=$(mktemp -d -p "$STATE_DIR" fieldgate-bench-bridge.XXXXXX)
+state_tmp bridge
 kill_on_exit "broker logs, configs and state"
 
 echo "== building"
 load="$tmp/bridgeload"
 go build -o "$load" ./cmd/bridgeload
 
-# build_fieldgate_bridge: builds cmd/fieldgate from the repository into tmp,
-# stamped like make build, and sets fieldgate_version; or skips fieldgate.
-build_fieldgate_bridge() {
-	local out version commit
-	fieldgate_version=unknown
-	wants fieldgate || return 0
-	version=$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
-	commit=$(git -C "$root" rev-parse --verify -q --short HEAD 2>/dev/null || echo dev)
-	if out=$(cd "$root" && go build -ldflags "-X main.version=$version -X main.commit=$commit" -o "$tmp/fieldgate" ./cmd/fieldgate 2>&1); then
-		fieldgate_version=$("$tmp/fieldgate" version 2>/dev/null | paste -sd' ' - || true)
-	else
-		echo "$out" >&2
-		skip[fieldgate]="go build ./cmd/fieldgate failed: $(grep -m1 -E 'error|\.go:[0-9]+' <<<"$out" || echo "$out" | tail -1)"
-	fi
-}
-
 declare -A skip=()
 declare -A port=()
-build_fieldgate_bridge
+build_fieldgate
 # The upstream is a Mosquitto whichever broker is under test.
 BROKERS=mosquitto find_mosquitto
 if [ -z "$mosquitto_bin" ]; then
@@ -164,13 +146,6 @@ free_port() {
 }
 port[upstream]=$(free_port "$PORT")
 for b in $BROKERS; do port[$b]=$(free_port "$((PORT + 1))"); done
-
-read -r device fstype < <(df -PT "$tmp" | awk 'NR == 2 { print $1, $2 }')
-disk="$STATE_DIR ($fstype on $device), the same for every broker"
-if [ "$fstype" = tmpfs ] || [ "$fstype" = ramfs ]; then
-	echo "warning: STATE_DIR $STATE_DIR is on $fstype, where fsync costs nothing; set STATE_DIR to a directory on a disk" >&2
-	disk+=" (in memory: fsync costs nothing)"
-fi
 
 settings="COUNT=$COUNT N=$N PUBS=$PUBS WINDOW=$WINDOW PAYLOAD=$PAYLOAD B PACED_RATE=$PACED_RATE AUTOSAVE=${AUTOSAVE}s INFLIGHT=$INFLIGHT LIVE=$LIVE IDLE=$IDLE CRASH_LATE=${CRASH_LATE}s"
 {
@@ -205,22 +180,8 @@ wait_port() {
 start_upstream() {
 	local dir=$1
 	if [ ! -f "$dir/mosquitto.conf" ]; then
-		# As root Mosquitto switches to its own user unless told otherwise,
-		# and could not write to the state directory.
-		cat >"$dir/mosquitto.conf" <<-EOF
-			listener ${port[upstream]} 127.0.0.1
-			allow_anonymous true
-			persistence true
-			persistence_location $dir/
-			max_queued_messages 0
-			max_inflight_messages 0
-			log_dest stderr
-			log_type error
-			log_type warning
-			log_type notice
-			connection_messages true
-		EOF
-		if [ "$(id -u)" -eq 0 ]; then echo "user root" >>"$dir/mosquitto.conf"; fi
+		mosquitto_config "$dir/mosquitto.conf" "${port[upstream]}" "persistence true" "persistence_location $dir/" \
+			"max_queued_messages 0" "max_inflight_messages 0" "log_type notice" "connection_messages true"
 	fi
 	"$mosquitto_bin" -c "$dir/mosquitto.conf" >>"$dir/log" 2>&1 &
 	upid=$!
@@ -245,21 +206,11 @@ start_broker() {
 	case $name in
 	fieldgate)
 		if [ ! -f "$dir/fieldgate.yaml" ]; then
-			cat >"$dir/fieldgate.yaml" <<-EOF
-				broker:
-				  allow_anonymous: true
-				listeners:
-				  - name: bench
-				    type: tcp
-				    address: 127.0.0.1:$p
-				ops:
-				  address: ""
-				sensors: []
+			fieldgate_config "$dir" "$p"
+			cat >>"$dir/fieldgate.yaml" <<-EOF
 				gateway:
 				  name: bench
 				  discovery: false
-				storage:
-				  path: $dir/state.db
 				bridges:
 				  - name: cloud
 				    address: 127.0.0.1:${port[upstream]}
@@ -274,33 +225,15 @@ start_broker() {
 				        qos: 1
 			EOF
 		fi
-		cmd=("$tmp/fieldgate" run -config "$dir/fieldgate.yaml")
+		cmd=("$root/bin/fieldgate" run -config "$dir/fieldgate.yaml")
 		;;
 	mosquitto)
 		if [ ! -f "$dir/mosquitto.conf" ]; then
-			cat >"$dir/mosquitto.conf" <<-EOF
-				listener $p 127.0.0.1
-				allow_anonymous true
-				persistence true
-				persistence_location $dir/
-				autosave_interval $AUTOSAVE
-				max_queued_messages 0
-				max_inflight_messages $INFLIGHT
-				log_dest stderr
-				log_type error
-				log_type warning
-				log_type notice
-				connection_messages false
-
-				connection cloud
-				address 127.0.0.1:${port[upstream]}
-				clientid mosquitto-bench-bridge
-				cleansession false
-				restart_timeout 1 2
-				notifications false
-				topic bench/# out 1
-			EOF
-			if [ "$(id -u)" -eq 0 ]; then sed -i '1i user root' "$dir/mosquitto.conf"; fi
+			mosquitto_config "$dir/mosquitto.conf" "$p" "persistence true" "persistence_location $dir/" \
+				"autosave_interval $AUTOSAVE" "max_queued_messages 0" "max_inflight_messages $INFLIGHT" \
+				"log_type notice" "connection_messages false" "" \
+				"connection cloud" "address 127.0.0.1:${port[upstream]}" "clientid mosquitto-bench-bridge" \
+				"cleansession false" "restart_timeout 1 2" "notifications false" "topic bench/# out 1"
 		fi
 		cmd=("$mosquitto_bin" -c "$dir/mosquitto.conf")
 		;;
@@ -350,12 +283,25 @@ run_warn() {
 	status=1
 }
 
+# end_count OUT: waits for the counter, which printed OUT, adds OUT to the
+# raw output, and sets status to 1 if the counter failed.
+end_count() {
+	local rc
+	set +e
+	wait "$cpid"
+	rc=$?
+	set -e
+	cpid=''
+	tee -a "$raw" <"$1"
+	if [ "$rc" != 0 ]; then status=1; fi
+}
+
 # run_direct: the reference run. A fresh upstream and the counting
 # session, and one publisher of the load generator sending N numbered
 # messages straight to the upstream with the bridges' window: what the
 # upstream passes on from one plain client connection, with its CPU time.
 run_direct() {
-	local dir="$tmp/direct-$runs" rc
+	local dir="$tmp/direct-$runs"
 	mkdir -p "$dir/upstream"
 	events="$dir/events"
 	: >"$events"
@@ -377,13 +323,7 @@ run_direct() {
 		run_warn "upstream/direct" "publishing to the upstream failed" "$dir/upstream/log"
 		return 1
 	fi
-	set +e
-	wait "$cpid"
-	rc=$?
-	set -e
-	cpid=''
-	tee -a "$raw" <"$dir/count.out"
-	if [ "$rc" != 0 ]; then status=1; fi
+	end_count "$dir/count.out"
 }
 
 # run_one BROKER KIND RATE: one run of BROKER; KIND is drain, crash (SIGKILL
@@ -487,13 +427,7 @@ run_one() {
 		run_warn "$b/$scenario" "the upstream did not start again" "$dir/upstream/log"
 		return 1
 	fi
-	set +e
-	wait "$cpid"
-	rc=$?
-	set -e
-	cpid=''
-	tee -a "$raw" <"$dir/count.out"
-	if [ "$rc" != 0 ]; then status=1; fi
+	end_count "$dir/count.out"
 	if ! kill -0 "$bpid" 2>/dev/null; then
 		broker_exited "$b/$scenario" "" "$blog"
 		status=1

@@ -100,38 +100,15 @@ start_broker() {
 	blog="$dir/log"
 	case $name in
 	fieldgate)
-		cat >"$dir/fieldgate.yaml" <<-EOF
-			broker:
-			  allow_anonymous: true
-			  max_subscriptions: 2000
-			  sys_interval: 1s
-			listeners:
-			  - name: bench
-			    type: tcp
-			    address: 127.0.0.1:$p
-			ops:
-			  address: ""
-			sensors: []
-			storage:
-			  path: $dir/state.db
-		EOF
+		fieldgate_config "$dir" "$p" "max_subscriptions: 2000" "sys_interval: 1s"
 		"$root/bin/fieldgate" run -config "$dir/fieldgate.yaml" >"$blog" 2>&1 &
 		;;
 	mochi)
 		"$tmp/mochiserver" -addr "127.0.0.1:$p" >"$blog" 2>&1 &
 		;;
 	mosquitto)
-		cat >"$dir/mosquitto.conf" <<-EOF
-			listener $p 127.0.0.1
-			allow_anonymous true
-			persistence false
-			max_queued_messages 1000
-			sys_interval 1
-			log_dest stderr
-			log_type error
-			log_type warning
-			connection_messages false
-		EOF
+		mosquitto_config "$dir/mosquitto.conf" "$p" "persistence false" "max_queued_messages 1000" \
+			"sys_interval 1" "connection_messages false"
 		"$mosquitto_bin" -c "$dir/mosquitto.conf" >"$blog" 2>&1 &
 		;;
 	*)

@@ -63,7 +63,6 @@ WINDOW=${WINDOW:-8}
 PAYLOAD=${PAYLOAD:-64}
 DRAIN=${DRAIN:-30s}
 BROKERS=${BROKERS:-"fieldgate mochi mosquitto"}
-STATE_DIR=${STATE_DIR:-${TMPDIR:-/tmp}}
 PORT=${PORT:-18840}
 result_files storage
 
@@ -71,8 +70,7 @@ result_files storage
 # one at a time.
 take_bench_lock "waiting for another broker benchmark to finish"
 
-mkdir -p "$STATE_DIR"
-tmp=$(mktemp -d -p "$STATE_DIR" fieldgate-bench-storage.XXXXXX)
+state_tmp storage
 kill_on_exit "broker logs, configs and state"
 
 build_tools
@@ -98,15 +96,6 @@ else
 	strace_note="$("$strace_bin" -V | head -1 | sed 's/ -- version//'), in a second run of every scenario with the broker started under \`strace -f --seccomp-bpf -e trace=$sync_calls\` (stopped only at those calls); calls started in the measured interval"
 fi
 
-# The state files' disk: fsync on tmpfs costs nothing, and the figures
-# would say nothing about an SD card.
-read -r device fstype < <(df -PT "$tmp" | awk 'NR == 2 { print $1, $2 }')
-disk="$STATE_DIR ($fstype on $device), the same for all three brokers"
-if [ "$fstype" = tmpfs ] || [ "$fstype" = ramfs ]; then
-	echo "warning: STATE_DIR $STATE_DIR is on $fstype, where fsync costs nothing; set STATE_DIR to a directory on a disk" >&2
-	disk+=" (in memory: fsync costs nothing)"
-fi
-
 settings="COUNT=$COUNT DURATION=$DURATION WARMUP=$WARMUP PUBS=\"$PUBS\" SUBS=$SUBS WINDOW=$WINDOW PAYLOAD=$PAYLOAD B DRAIN=$DRAIN"
 {
 	describe_machine
@@ -129,22 +118,8 @@ start_broker() {
 	fieldgate)
 		# Queue budgets far above a run's messages: every message must be
 		# stored, none dropped to make room.
-		cat >"$dir/fieldgate.yaml" <<-EOF
-			broker:
-			  allow_anonymous: true
-			  max_subscriptions: 2000
-			  max_queued_bytes: 1073741824
-			listeners:
-			  - name: bench
-			    type: tcp
-			    address: 127.0.0.1:$p
-			ops:
-			  address: ""
-			sensors: []
-			storage:
-			  path: $dir/state.db
-			  max_queued_bytes: 1073741824
-		EOF
+		fieldgate_config "$dir" "$p" "max_subscriptions: 2000" "max_queued_bytes: 1073741824"
+		echo "  max_queued_bytes: 1073741824" >>"$dir/fieldgate.yaml"
 		cmd=("$root/bin/fieldgate" run -config "$dir/fieldgate.yaml")
 		;;
 	mochi)
@@ -152,20 +127,8 @@ start_broker() {
 		;;
 	mosquitto)
 		# max_queued_messages 0: no limit (the default, 1000, would drop).
-		# As root Mosquitto switches to its own user unless told otherwise,
-		# and could not write to the state directory.
-		cat >"$dir/mosquitto.conf" <<-EOF
-			listener $p 127.0.0.1
-			allow_anonymous true
-			persistence true
-			persistence_location $dir/
-			max_queued_messages 0
-			log_dest stderr
-			log_type error
-			log_type warning
-			connection_messages false
-		EOF
-		if [ "$(id -u)" -eq 0 ]; then echo "user root" >>"$dir/mosquitto.conf"; fi
+		mosquitto_config "$dir/mosquitto.conf" "$p" "persistence true" "persistence_location $dir/" \
+			"max_queued_messages 0" "connection_messages false"
 		cmd=("$mosquitto_bin" -c "$dir/mosquitto.conf")
 		;;
 	*)

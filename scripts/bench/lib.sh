@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell functions shared by the bench-*.sh scripts, which source this
 # file after changing to scripts/bench. The broker scripts start fieldgate's
 # broker, mochi-mqtt's server (cmd/mochiserver) and Mosquitto one at a time
@@ -66,6 +67,24 @@ cleanup() {
 	fi
 }
 
+# state_tmp NAME: makes tmp, the scratch directory, under STATE_DIR
+# (default TMPDIR or /tmp), where the brokers' state files go, and sets
+# disk to what the raw output's header says of it. A file system in memory
+# gets a warning: fsync costs nothing there, and the figures would say
+# nothing about an SD card.
+state_tmp() {
+	local device fstype
+	STATE_DIR=${STATE_DIR:-${TMPDIR:-/tmp}}
+	mkdir -p "$STATE_DIR"
+	tmp=$(mktemp -d -p "$STATE_DIR" "fieldgate-bench-$1.XXXXXX")
+	read -r device fstype < <(df -PT "$tmp" | awk 'NR == 2 { print $1, $2 }')
+	disk="$STATE_DIR ($fstype on $device), the same for every broker"
+	if [ "$fstype" = tmpfs ] || [ "$fstype" = ramfs ]; then
+		echo "warning: STATE_DIR $STATE_DIR is on $fstype, where fsync costs nothing; set STATE_DIR to a directory on a disk" >&2
+		disk+=" (in memory: fsync costs nothing)"
+	fi
+}
+
 # build_tools: builds the load generator (into load) and mochiserver in tmp.
 build_tools() {
 	echo "== building"
@@ -128,6 +147,49 @@ find_mosquitto() {
 		deb=$(dpkg-query -W -f '${Version}' mosquitto 2>/dev/null || true)
 		mosquitto_version="${mosquitto_version:-unknown}${deb:+ (Debian package $deb)}"
 	fi
+}
+
+# fieldgate_config DIR PORT [LINE...]: writes DIR/fieldgate.yaml: the
+# broker on 127.0.0.1:PORT for anonymous clients, with each LINE added to
+# its broker section, its state file in DIR, no ops endpoint and no
+# sensors. The storage section comes last, for a caller to add to.
+fieldgate_config() {
+	local dir=$1 p=$2 line
+	shift 2
+	{
+		echo "broker:"
+		echo "  allow_anonymous: true"
+		for line in "$@"; do echo "  $line"; done
+		cat <<-EOF
+			listeners:
+			  - name: bench
+			    type: tcp
+			    address: 127.0.0.1:$p
+			ops:
+			  address: ""
+			sensors: []
+			storage:
+			  path: $dir/state.db
+		EOF
+	} >"$dir/fieldgate.yaml"
+}
+
+# mosquitto_config FILE PORT [LINE...]: writes a Mosquitto configuration
+# to FILE: a listener on 127.0.0.1:PORT for anonymous clients, errors and
+# warnings logged to stderr, then each LINE. As root Mosquitto would switch
+# to its own user and could not write to a state directory: it stays root.
+mosquitto_config() {
+	local file=$1 p=$2
+	shift 2
+	{
+		if [ "$(id -u)" -eq 0 ]; then echo "user root"; fi
+		echo "listener $p 127.0.0.1"
+		echo "allow_anonymous true"
+		echo "log_dest stderr"
+		echo "log_type error"
+		echo "log_type warning"
+		printf '%s\n' "$@"
+	} >"$file"
 }
 
 # describe_machine: the first lines of the raw output's header: CPU,
