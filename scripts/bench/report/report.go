@@ -75,6 +75,9 @@ func (r *Report) Write() ([]string, error) {
 	r.writeIntro(w)
 	r.writeMachine(w)
 	r.writeHeadline(w, all)
+	if err := r.writeReading(w); err != nil {
+		return nil, err
+	}
 	for _, s := range all {
 		r.writeSection(w, s)
 	}
@@ -349,6 +352,26 @@ func (r *Report) writeHeadline(w *markdown, all []section) {
 		text += fmt.Sprintf(" No results for: %s.", strings.Join(absent, ", "))
 	}
 	w.para(text)
+}
+
+// readingFile is the hand-written reading of the last full run's figures,
+// in the results directory beside the raw output it explains.
+const readingFile = "reading.md"
+
+// writeReading writes the results directory's reading of the figures,
+// when it has one, under its own heading. Its text is prose a person
+// wrote about the figures, so it is kept out of the generated tables and
+// updated with the raw output it speaks of.
+func (r *Report) writeReading(w *markdown) error {
+	text, err := os.ReadFile(filepath.Join(r.Results, readingFile))
+	if os.IsNotExist(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	w.heading(2, "Reading the figures")
+	w.para(strings.TrimSpace(string(text)))
+	return nil
 }
 
 func (r *Report) writeSection(w *markdown, s section) {
