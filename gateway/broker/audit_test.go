@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -17,7 +18,7 @@ import (
 // auditProps builds an MQTT 5 property block: its length, then props.
 func auditProps(props ...[]byte) []byte {
 	body := bytes.Join(props, nil)
-	return append(appendVarint(nil, len(body)), body...)
+	return append(mqttwire.AppendVarint(nil, len(body)), body...)
 }
 
 // auditProp encodes one property: its identifier, then value as given.
@@ -166,7 +167,7 @@ func TestAuditRepeatableProperties(t *testing.T) {
 // auditFits fails the test if pk took more than limit bytes on the wire.
 func auditFits(t *testing.T, pk *packets.Packet, limit int) {
 	t.Helper()
-	if n := 1 + len(appendVarint(nil, pk.FixedHeader.Remaining)) + pk.FixedHeader.Remaining; n > limit {
+	if n := 1 + len(mqttwire.AppendVarint(nil, pk.FixedHeader.Remaining)) + pk.FixedHeader.Remaining; n > limit {
 		t.Fatalf("%s of %d bytes to a client that accepts %d", rawDescribe(pk), n, limit)
 	}
 }

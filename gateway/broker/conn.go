@@ -2,18 +2,15 @@ package broker
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"io"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -83,16 +80,11 @@ func (it *outItem) size() int {
 // errClientGone ends a connection the client closed with DISCONNECT.
 var errClientGone = errors.New("client disconnected")
 
-// codeError carries the MQTT 5 reason code a connection ends with.
-type codeError struct {
-	code   byte
-	reason string
-}
-
-func (e *codeError) Error() string { return fmt.Sprintf("%s (reason 0x%02X)", e.reason, e.code) }
-
+// failure is a protocol error the connection ends with: an
+// *mqttwire.Error, whose reason code an MQTT 5 client gets in the
+// DISCONNECT (or CONNACK) that closes it.
 func failure(code byte, format string, args ...any) error {
-	return &codeError{code: code, reason: fmt.Sprintf(format, args...)}
+	return mqttwire.Errorf(code, format, args...)
 }
 
 // Reason codes the broker sends (MQTT 5, §2.4).
@@ -426,7 +418,6 @@ func (c *conn) releaseReader() {
 // a fresh slice: the codec's strings point into it, and a PUBLISH keeps it
 // as its payload.
 func (c *conn) readPacket(maxSize int) (packets.FixedHeader, []byte, error) {
-	var fh packets.FixedHeader
 	defer c.releaseReader()
 	var hb byte
 	if c.rd == nil {
@@ -437,7 +428,7 @@ func (c *conn) readPacket(maxSize int) (packets.FixedHeader, []byte, error) {
 				break
 			}
 			if err != nil {
-				return fh, nil, err
+				return packets.FixedHeader{}, nil, err
 			}
 		}
 		hb = c.one[0]
@@ -450,157 +441,51 @@ func (c *conn) readPacket(maxSize int) (packets.FixedHeader, []byte, error) {
 	} else {
 		var err error
 		if hb, err = c.rd.ReadByte(); err != nil {
-			return fh, nil, err
+			return packets.FixedHeader{}, nil, err
 		}
 	}
-	r := c.rd
-	if err := fh.Decode(hb); err != nil {
-		return fh, nil, failure(rcMalformed, "bad fixed header flags 0x%02X", hb)
-	}
-	n, lenBytes, err := readLength(r)
-	switch {
-	case errors.Is(err, io.EOF):
-		return fh, nil, io.ErrUnexpectedEOF
-	case errors.Is(err, errLengthTooLong):
-		return fh, nil, failure(rcMalformed, "bad remaining length")
-	case err != nil:
-		// A reset or a deadline: the connection failed, not the packet.
-		return fh, nil, err
-	}
-	if 1+lenBytes+n > maxSize {
-		// [MQTT-3.2.2-15]: a packet above the Maximum Packet Size we
-		// announced is a protocol error; close with 0x95.
-		return fh, nil, failure(rcPacketTooLarge, "packet of %d bytes is larger than the maximum %d", 1+lenBytes+n, maxSize)
-	}
-	fh.Remaining = n
-	body, err := readBody(r, n)
+	// [MQTT-3.2.2-15]: a packet above the Maximum Packet Size we
+	// announced is a protocol error; mqttwire closes with 0x95.
+	fh, size, err := mqttwire.ReadHeader(hb, c.rd, maxSize)
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
 		return fh, nil, err
 	}
-	c.b.stats.bytesRecv.Add(int64(1 + lenBytes + n))
+	body, err := mqttwire.ReadBody(c.rd, fh.Remaining, nil)
+	if err != nil {
+		return fh, nil, err
+	}
+	c.b.stats.bytesRecv.Add(int64(size))
 	return fh, body, nil
 }
 
-// readLength reads a remaining length. The codec's decoder takes a fifth
-// byte when the first four carry nothing, and any number of 0x80 bytes;
-// the length is at most four bytes [MQTT-1.5.5-1] (3.1.1 §2.2.3).
-func readLength(r io.ByteReader) (n, size int, err error) {
-	mult := 1
-	for size < 4 {
-		b, err := r.ReadByte()
-		if err != nil {
-			return 0, size + 1, err
-		}
-		size++
-		n += int(b&0x7f) * mult
-		if b&0x80 == 0 {
-			return n, size, nil
-		}
-		mult *= 128
+// decode runs the codec's decoder for pk's type on body (mqttwire.Decode,
+// which survives the codec's panics), then checkBody, which applies the
+// rules the codec leaves out, under recover too: no input may take the
+// broker down.
+func decode(pk *packets.Packet, body []byte) (err error) {
+	if err := mqttwire.Decode(pk, body); err != nil {
+		return err
 	}
-	return 0, size, errLengthTooLong
-}
-
-// errLengthTooLong is a remaining length with a fifth byte: a malformed
-// packet, where any other error of readLength is the connection's.
-var errLengthTooLong = errors.New("remaining length longer than four bytes")
-
-// bodyChunk is the most a packet body gets before its bytes arrive: a
-// client announcing a large packet and sending it slowly (or never) pins
-// only what it has sent, not the size it announced.
-const bodyChunk = 16 << 10
-
-// readBody reads an n-byte packet body, growing its buffer as bytes come.
-func readBody(r io.Reader, n int) ([]byte, error) {
-	body := make([]byte, 0, min(n, bodyChunk))
-	for len(body) < n {
-		if len(body) == cap(body) {
-			body = slices.Grow(body, min(n, 2*cap(body))-len(body))
-		}
-		m, err := io.ReadAtLeast(r, body[len(body):min(cap(body), n)], 1)
-		body = body[:len(body)+m]
-		if err != nil && len(body) < n {
-			return nil, err
-		}
-	}
-	return body, nil
-}
-
-// decode runs one of the codec's decoders on body under recover: the codec
-// panics on some truncated inputs, and no input may take the broker down.
-// checkBody then applies the rules the codec leaves out.
-func decode(pk *packets.Packet, body []byte, fn func(*packets.Packet, []byte) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = failure(rcMalformed, "malformed %s packet", packetName(pk.FixedHeader.Type))
+			err = failure(rcMalformed, "malformed %s packet", mqttwire.PacketName(pk.FixedHeader.Type))
 		}
 	}()
-	if err := fn(pk, body); err != nil {
-		var code packets.Code
-		if errors.As(err, &code) {
-			return failure(code.Code, "malformed %s packet: %s", packetName(pk.FixedHeader.Type), code.Reason)
-		}
-		return failure(rcMalformed, "malformed %s packet: %v", packetName(pk.FixedHeader.Type), err)
-	}
 	return checkBody(pk, body)
 }
 
-func packetName(t byte) string {
-	if int(t) < len(packets.PacketNames) {
-		return packets.PacketNames[t]
-	}
-	return fmt.Sprintf("type %d", t)
+// encodePacket runs the codec's encoder for pk's type into a fresh slice.
+func encodePacket(pk *packets.Packet) []byte {
+	b, _ := mqttwire.Encode(pk) // errors only for a packet the broker never builds
+	return b
 }
 
-// encodePacket runs one of the codec's encoders into a fresh slice.
-func encodePacket(pk *packets.Packet, fn func(*packets.Packet, *bytes.Buffer) error) []byte {
-	var buf bytes.Buffer
-	_ = fn(pk, &buf)
-	return buf.Bytes()
-}
-
-func ackPacket(kind byte, pid uint16, code byte, v5 bool, reason string) []byte {
-	if code == rcSuccess && reason == "" {
-		// The common case in four bytes: MQTT 5 leaves out a success
-		// reason code with no properties [MQTT-3.4.2-1].
-		h := kind << 4
-		if kind == packets.Pubrel {
-			h |= 0x02 // [MQTT-3.6.1-1]
-		}
-		return []byte{h, 2, byte(pid >> 8), byte(pid)}
-	}
-	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: kind}, PacketID: pid, ReasonCode: code}
-	if kind == packets.Pubrel {
-		pk.FixedHeader.Qos = 1 // [MQTT-3.6.1-1]
-	}
-	if v5 {
-		pk.ProtocolVersion = 5
-		pk.Properties.ReasonString = reason
-	} else {
-		pk.ProtocolVersion = 4
-		pk.ReasonCode = 0
-	}
-	switch kind {
-	case packets.Puback:
-		return encodePacket(pk, (*packets.Packet).PubackEncode)
-	case packets.Pubrec:
-		return encodePacket(pk, (*packets.Packet).PubrecEncode)
-	case packets.Pubrel:
-		return encodePacket(pk, (*packets.Packet).PubrelEncode)
-	default:
-		return encodePacket(pk, (*packets.Packet).PubcompEncode)
-	}
-}
-
-func pubrelPacket(pid uint16, v5 bool) []byte { return ackPacket(packets.Pubrel, pid, 0, v5, "") }
+func pubrelPacket(pid uint16, v5 bool) []byte { return mqttwire.Ack(packets.Pubrel, pid, 0, v5, "") }
 
 func disconnectPacket(code byte, reason string, maxSize uint32) []byte {
 	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}, ProtocolVersion: 5, ReasonCode: code}
 	pk.Properties.ReasonString = reason
-	return encodeWithin(pk, (*packets.Packet).DisconnectEncode, maxSize) // [MQTT-3.14.2-3]
+	return encodeWithin(pk, maxSize) // [MQTT-3.14.2-3]
 }
 
 // encodeWithin encodes pk and, when that takes it past limit (the client's
@@ -609,11 +494,11 @@ func disconnectPacket(code byte, reason string, maxSize uint32) []byte {
 // [MQTT-3.1.2-24]. The codec's own check counts neither the fixed header
 // nor the property length, so it lets a packet a few bytes too large
 // through.
-func encodeWithin(pk *packets.Packet, fn func(*packets.Packet, *bytes.Buffer) error, limit uint32) []byte {
-	b := encodePacket(pk, fn)
+func encodeWithin(pk *packets.Packet, limit uint32) []byte {
+	b := encodePacket(pk)
 	if limit > 0 && uint32(len(b)) > limit {
 		pk.Properties.ReasonString, pk.Properties.User = "", nil
-		b = encodePacket(pk, fn)
+		b = encodePacket(pk)
 	}
 	return b
 }

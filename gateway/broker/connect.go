@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -25,12 +26,12 @@ func (c *conn) connect() bool {
 		return false // [MQTT-3.1.0-1]
 	}
 	pk := &packets.Packet{FixedHeader: fh}
-	if err := decode(pk, body, (*packets.Packet).ConnectDecode); err != nil {
+	if err := decode(pk, body); err != nil {
 		// Malformed, unless the packet decoded and broke a rule: a
 		// property twice, say, is a Protocol Error (MQTT 5 §2.2.2.2).
 		code := byte(rcMalformed)
-		var ce *codeError
-		if errors.As(err, &ce) && ce.code == rcProtocolError {
+		var we *mqttwire.Error
+		if errors.As(err, &we) && we.Code == rcProtocolError {
 			code = rcProtocolError
 		}
 		c.refuse(pk.ProtocolVersion, code, err.Error())
@@ -151,7 +152,7 @@ func (c *conn) refuse(version, code byte, why string) {
 		}
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, _ = c.nc.Write(encodeWithin(pk, (*packets.Packet).ConnackEncode, c.maxOut)) // [MQTT-3.2.2-19]
+	_, _ = c.nc.Write(encodeWithin(pk, c.maxOut)) // [MQTT-3.2.2-19]
 }
 
 // accept sets the connection up from CONNECT, attaches it to its session
@@ -231,7 +232,7 @@ func (c *conn) accept(pk *packets.Packet) bool {
 		c.qmu.Lock()
 		c.greeted = true
 		c.qmu.Unlock()
-		c.enqueueControl(encodePacket(ack, (*packets.Packet).ConnackEncode))
+		c.enqueueControl(encodePacket(ack))
 	}
 	if err := b.attach(c, cp.Clean, expiry, w, connack); err != nil {
 		code := byte(rcServerBusy)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -341,24 +340,6 @@ func TestLocalClientIDReserved(t *testing.T) {
 	ca, err := cl.Connect(ctx, &paho.Connect{ClientID: "fieldgate-sensors", KeepAlive: 30, CleanStart: true})
 	if ca == nil || ca.ReasonCode != rcClientIDInvalid {
 		t.Fatalf("CONNACK %+v, %v; want reason 0x85", ca, err)
-	}
-}
-
-func TestReadBodyGrowsAsBytesArrive(t *testing.T) {
-	for _, n := range []int{0, 1, bodyChunk - 1, bodyChunk, bodyChunk + 1, 5*bodyChunk + 3} {
-		want := make([]byte, n)
-		for i := range want {
-			want[i] = byte(i * 7)
-		}
-		got, err := readBody(iotest.HalfReader(bytes.NewReader(want)), n)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("n=%d: err %v, equal %v", n, err, bytes.Equal(got, want))
-		}
-		if n > 0 {
-			if _, err := readBody(bytes.NewReader(want[:n-1]), n); err == nil {
-				t.Fatalf("n=%d: a short body read without error", n)
-			}
-		}
 	}
 }
 

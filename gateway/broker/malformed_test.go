@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 )
 
 // The raw client below writes MQTT bytes by hand rather than through the
@@ -64,7 +66,7 @@ func wireU16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
 // wireFrame builds a packet: header byte h, the remaining length, then parts.
 func wireFrame(h byte, parts ...[]byte) []byte {
 	body := bytes.Join(parts, nil)
-	return append(appendVarint([]byte{h}, len(body)), body...)
+	return append(mqttwire.AppendHeader(nil, h, len(body)), body...)
 }
 
 // wireConnect builds a CONNECT at protocol level (4 for 3.1.1, 5 for 5.0)
@@ -142,23 +144,12 @@ func (w *wireConn) read() (byte, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	n, mult := 0, 1
-	for i := 0; ; i++ {
-		b, err := w.r.ReadByte()
-		if err != nil {
-			return h, nil, fmt.Errorf("remaining length: %w", err)
-		}
-		if i == 4 {
-			return h, nil, errors.New("remaining length longer than 4 bytes")
-		}
-		n += int(b&0x7f) * mult
-		mult *= 128
-		if b&0x80 == 0 {
-			break
-		}
+	fh, _, err := mqttwire.ReadHeader(h, w.r, 0)
+	if err != nil {
+		return h, nil, fmt.Errorf("fixed header 0x%02X: %w", h, err)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(w.r, body); err != nil {
+	body, err := mqttwire.ReadBody(w.r, fh.Remaining, nil)
+	if err != nil {
 		return h, nil, fmt.Errorf("body of 0x%02X: %w", h, err)
 	}
 	return h, body, nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -131,11 +132,8 @@ type publishOpts struct {
 // pidOffset returns where the packet identifier sits in an encoded PUBLISH
 // of QoS 1 or 2: after the fixed header and the topic.
 func pidOffset(b []byte) int {
-	i := 1
-	for b[i]&0x80 != 0 {
-		i++
-	}
-	i++
+	_, lenBytes, _ := mqttwire.Varint(b[1:])
+	i := 1 + lenBytes
 	return i + 2 + int(binary.BigEndian.Uint16(b[i:]))
 }
 
@@ -158,8 +156,7 @@ func (m *message) encode(dst []byte, v5 bool, qos byte, retain bool, o publishOp
 	if retain {
 		h |= 1
 	}
-	dst = append(dst, h)
-	dst = appendVarint(dst, n)
+	dst = mqttwire.AppendHeader(dst, h, n)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(topic)))
 	dst = append(dst, topic...)
 	if qos > 0 {
@@ -198,19 +195,4 @@ func (m *message) encodeProps(o publishOpts) []byte {
 	// correlation data, which a PUBLISH always passes through.
 	p.Encode(packets.Publish, packets.Mods{AllowResponseInfo: true}, &buf, 0)
 	return buf.Bytes()
-}
-
-// appendVarint appends n as an MQTT variable byte integer.
-func appendVarint(dst []byte, n int) []byte {
-	for {
-		b := byte(n & 0x7f)
-		n >>= 7
-		if n > 0 {
-			b |= 0x80
-		}
-		dst = append(dst, b)
-		if n == 0 {
-			return dst
-		}
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"unicode/utf8"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -81,7 +82,7 @@ func checkBody(pk *packets.Packet, body []byte) error {
 	case packets.Puback, packets.Pubrec, packets.Pubrel, packets.Pubcomp:
 		if !v5 && len(body) != 2 {
 			// 3.1.1 §3.4.1 to §3.7.1: the remaining length is 2.
-			return failure(rcMalformed, "%s of %d bytes", packetName(t), len(body))
+			return failure(rcMalformed, "%s of %d bytes", mqttwire.PacketName(t), len(body))
 		}
 		if v5 && len(body) > 3 {
 			return checkPropsToEnd(body, 3, t) // §3.4.2.2
@@ -103,7 +104,7 @@ func checkBody(pk *packets.Packet, body []byte) error {
 func checkPropsToEnd(body []byte, off int, kind byte) error {
 	end, err := checkProps(body, off, kind)
 	if err == nil && end != len(body) {
-		err = failure(rcMalformed, "%d bytes after the %s properties", len(body)-end, packetName(kind))
+		err = failure(rcMalformed, "%d bytes after the %s properties", len(body)-end, mqttwire.PacketName(kind))
 	}
 	return err
 }
@@ -115,14 +116,14 @@ func checkPropsToEnd(body []byte, off int, kind byte) error {
 // value its section forbids is a Protocol Error (MQTT 5 §2.2.2.2 and each
 // property's section).
 func checkProps(body []byte, off int, kind byte) (int, error) {
-	name := packetName(kind)
+	name := mqttwire.PacketName(kind)
 	if kind == packets.WillProperties {
 		name = "will"
 	}
 	if off > len(body) {
 		return 0, failure(rcMalformed, "%s without properties", name)
 	}
-	n, lb, ok := varint(body[off:])
+	n, lb, ok := mqttwire.Varint(body[off:])
 	if !ok || off+lb+n > len(body) {
 		return 0, failure(rcMalformed, "%s properties length", name)
 	}
@@ -165,7 +166,7 @@ func checkProps(body []byte, off int, kind byte) (int, error) {
 			i += 4
 		case propVarint:
 			var size int
-			if v, size, ok = varint(body[i:end]); !ok {
+			if v, size, ok = mqttwire.Varint(body[i:end]); !ok {
 				return 0, errPropCut(id)
 			}
 			i += size

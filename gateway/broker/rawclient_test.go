@@ -2,10 +2,8 @@ package broker
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -20,7 +19,7 @@ import (
 // and hands back every packet the broker sends, decoded but unanswered. It
 // is for what client libraries hide: DUP flags, packet identifiers, exact
 // reason codes, acknowledgements held back, packets that must not come.
-// It speaks MQTT 3.1.1 (version 4) and 5.0 (version 5); mochi's codec
+// It speaks MQTT 3.1.1 (version 4) and 5.0 (version 5); mqttwire frames,
 // encodes and decodes the packets.
 //
 // A goroutine reads the socket from the start, so a packet the broker sends
@@ -133,79 +132,31 @@ func (c *rawClient) readLoop() {
 	}
 }
 
-// rawDecoders decode the packets a server sends.
-var rawDecoders = map[byte]func(*packets.Packet, []byte) error{
-	packets.Connack:    (*packets.Packet).ConnackDecode,
-	packets.Publish:    (*packets.Packet).PublishDecode,
-	packets.Puback:     (*packets.Packet).PubackDecode,
-	packets.Pubrec:     (*packets.Packet).PubrecDecode,
-	packets.Pubrel:     (*packets.Packet).PubrelDecode,
-	packets.Pubcomp:    (*packets.Packet).PubcompDecode,
-	packets.Suback:     (*packets.Packet).SubackDecode,
-	packets.Unsuback:   (*packets.Packet).UnsubackDecode,
-	packets.Pingresp:   (*packets.Packet).PingrespDecode,
-	packets.Disconnect: (*packets.Packet).DisconnectDecode,
-	packets.Auth:       (*packets.Packet).AuthDecode,
-}
-
-// readRawPacket reads one packet: fixed header, remaining length, body.
-func readRawPacket(r *bufio.Reader, version byte) (pk *packets.Packet, err error) {
-	hb, err := r.ReadByte()
-	if err != nil {
+// readRawPacket reads one packet through mqttwire's reader and decodes
+// it: a packet that breaks the framing, is not one servers send, or does
+// not decode is a *rawMalformed; the connection's own errors pass as they
+// are.
+func readRawPacket(r *bufio.Reader, version byte) (*packets.Packet, error) {
+	fh, body, err := mqttwire.ReadPacket(r, 0, nil)
+	var bad *mqttwire.Error
+	switch {
+	case errors.As(err, &bad):
+		return nil, &rawMalformed{err}
+	case err != nil:
 		return nil, err
 	}
-	pk = &packets.Packet{ProtocolVersion: version}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return nil, &rawMalformed{fmt.Errorf("fixed header 0x%02X: %w", hb, err)}
+	if !mqttwire.SentByServer(fh.Type) {
+		return nil, &rawMalformed{fmt.Errorf("%s is not a packet servers send", mqttwire.PacketName(fh.Type))}
 	}
-	n, _, err := packets.DecodeLength(r)
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		return nil, &rawMalformed{fmt.Errorf("remaining length: %w", err)}
-	}
-	pk.FixedHeader.Remaining = n
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, err
-	}
-	kind := pk.FixedHeader.Type
-	dec := rawDecoders[kind]
-	if dec == nil {
-		return nil, &rawMalformed{fmt.Errorf("%s is not a packet servers send", packetName(kind))}
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			pk, err = nil, &rawMalformed{fmt.Errorf("%s: decoder panicked: %v", packetName(kind), p)}
-		}
-	}()
-	if err := dec(pk, body); err != nil {
-		return nil, &rawMalformed{fmt.Errorf("%s: %w", packetName(kind), err)}
-	}
-	if kind == packets.Disconnect && n == 1 {
-		pk.ReasonCode = body[0] // the codec skips a lone reason code
+	pk := &packets.Packet{FixedHeader: fh, ProtocolVersion: version}
+	if err := mqttwire.Decode(pk, body); err != nil {
+		return nil, &rawMalformed{err}
 	}
 	return pk, nil
 }
 
-// rawEncoders encode the packets a client sends.
-var rawEncoders = map[byte]func(*packets.Packet, *bytes.Buffer) error{
-	packets.Connect:     (*packets.Packet).ConnectEncode,
-	packets.Publish:     (*packets.Packet).PublishEncode,
-	packets.Puback:      (*packets.Packet).PubackEncode,
-	packets.Pubrec:      (*packets.Packet).PubrecEncode,
-	packets.Pubrel:      (*packets.Packet).PubrelEncode,
-	packets.Pubcomp:     (*packets.Packet).PubcompEncode,
-	packets.Subscribe:   (*packets.Packet).SubscribeEncode,
-	packets.Unsubscribe: (*packets.Packet).UnsubscribeEncode,
-	packets.Pingreq:     (*packets.Packet).PingreqEncode,
-	packets.Disconnect:  (*packets.Packet).DisconnectEncode,
-	packets.Auth:        (*packets.Packet).AuthEncode,
-}
-
-// encode returns pk's bytes in the client's protocol version. PUBREL,
-// SUBSCRIBE and UNSUBSCRIBE get their required header flags
+// encode returns pk's bytes in the client's protocol version; mqttwire
+// gives PUBREL, SUBSCRIBE and UNSUBSCRIBE their required header flags
 // [MQTT-3.6.1-1] [MQTT-3.8.1-1] [MQTT-3.10.1-1]; send bytes by hand to
 // break those rules.
 func (c *rawClient) encode(pk *packets.Packet) []byte {
@@ -214,19 +165,11 @@ func (c *rawClient) encode(pk *packets.Packet) []byte {
 	// Let the codec write response topics and correlation data, which
 	// it otherwise leaves out of PUBLISH and will properties.
 	pk.Mods.AllowResponseInfo = true
-	switch pk.FixedHeader.Type {
-	case packets.Pubrel, packets.Subscribe, packets.Unsubscribe:
-		pk.FixedHeader.Qos = 1
+	b, err := mqttwire.Encode(pk)
+	if err != nil {
+		c.t.Fatalf("rawClient: encode %s: %v", mqttwire.PacketName(pk.FixedHeader.Type), err)
 	}
-	enc := rawEncoders[pk.FixedHeader.Type]
-	if enc == nil {
-		c.t.Fatalf("rawClient: cannot encode packet type %d", pk.FixedHeader.Type)
-	}
-	var buf bytes.Buffer
-	if err := enc(pk, &buf); err != nil {
-		c.t.Fatalf("rawClient: encode %s: %v", packetName(pk.FixedHeader.Type), err)
-	}
-	return buf.Bytes()
+	return b
 }
 
 // send writes packets, failing the test if the socket refuses them.
@@ -273,10 +216,10 @@ func (c *rawClient) expect(kind byte) *packets.Packet {
 	c.t.Helper()
 	pk, err := c.recv(c.wait)
 	if err != nil {
-		c.t.Fatalf("waiting for %s: %v", packetName(kind), err)
+		c.t.Fatalf("waiting for %s: %v", mqttwire.PacketName(kind), err)
 	}
 	if pk.FixedHeader.Type != kind {
-		c.t.Fatalf("got %s, want %s", rawDescribe(pk), packetName(kind))
+		c.t.Fatalf("got %s, want %s", rawDescribe(pk), mqttwire.PacketName(kind))
 	}
 	return pk
 }
@@ -287,7 +230,7 @@ func (c *rawClient) expectAck(kind byte, pid uint16, code byte) *packets.Packet 
 	c.t.Helper()
 	pk := c.expect(kind)
 	if pk.PacketID != pid || pk.ReasonCode != code {
-		c.t.Fatalf("got %s, want %s id %d reason 0x%02X", rawDescribe(pk), packetName(kind), pid, code)
+		c.t.Fatalf("got %s, want %s id %d reason 0x%02X", rawDescribe(pk), mqttwire.PacketName(kind), pid, code)
 	}
 	return pk
 }
@@ -503,7 +446,7 @@ func rawAck(kind byte, pid uint16, code byte) *packets.Packet {
 // rawDescribe formats a packet for failure messages.
 func rawDescribe(pk *packets.Packet) string {
 	var b strings.Builder
-	b.WriteString(strings.ToUpper(packetName(pk.FixedHeader.Type)))
+	b.WriteString(strings.ToUpper(mqttwire.PacketName(pk.FixedHeader.Type)))
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
 		payload := string(pk.Payload)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -177,7 +178,7 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 	if id != 0 {
 		ids = []uint32{id}
 	}
-	suback := encodePacket(ack, (*packets.Packet).SubackEncode)
+	suback := encodePacket(ack)
 	s.sendRetained(b, func() { c.enqueueControl(suback) }, wantRetained, ids)
 	return nil
 }
@@ -292,7 +293,7 @@ func (c *conn) onUnsubscribe(pk *packets.Packet) error {
 	if c.v5 {
 		ack.ProtocolVersion = 5
 	}
-	c.enqueueControl(encodePacket(ack, (*packets.Packet).UnsubackEncode))
+	c.enqueueControl(encodePacket(ack))
 	return nil
 }
 
@@ -306,7 +307,7 @@ func checkSubscribeOptions(body []byte, v5 bool) error {
 	}
 	off := 2
 	if v5 {
-		n, lb, ok := varint(body[off:])
+		n, lb, ok := mqttwire.Varint(body[off:])
 		if !ok {
 			return failure(rcMalformed, "SUBSCRIBE properties length")
 		}
@@ -327,17 +328,4 @@ func checkSubscribeOptions(body []byte, v5 bool) error {
 		off++
 	}
 	return nil
-}
-
-// varint decodes an MQTT variable byte integer and its length.
-func varint(b []byte) (n, size int, ok bool) {
-	mult := 1
-	for i := 0; i < 4 && i < len(b); i++ {
-		n += int(b[i]&0x7f) * mult
-		if b[i]&0x80 == 0 {
-			return n, i + 1, true
-		}
-		mult *= 128
-	}
-	return 0, 0, false
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -71,12 +72,12 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 	}
 	switch fh.Type {
 	case packets.Publish:
-		if err := decode(pk, body, (*packets.Packet).PublishDecode); err != nil {
+		if err := decode(pk, body); err != nil {
 			return err
 		}
 		return c.onPublish(pk)
 	case packets.Puback, packets.Pubrec, packets.Pubcomp:
-		if err := decode(pk, body, decodeAck(fh.Type)); err != nil {
+		if err := decode(pk, body); err != nil {
 			return err
 		}
 		failed := pk.ReasonCode >= 0x80
@@ -87,7 +88,7 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 			if fh.Type == packets.Pubrec {
 				// Answer with PUBREL 0x92 so that the client can free
 				// the identifier.
-				c.enqueueControl(ackPacket(packets.Pubrel, pk.PacketID, rcPacketIDNotFound, c.v5, ""))
+				c.enqueueControl(mqttwire.Ack(packets.Pubrel, pk.PacketID, rcPacketIDNotFound, c.v5, ""))
 			}
 			return nil
 		}
@@ -100,7 +101,7 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 		}
 		return nil
 	case packets.Pubrel:
-		if err := decode(pk, body, (*packets.Packet).PubrelDecode); err != nil {
+		if err := decode(pk, body); err != nil {
 			return err
 		}
 		pid := pk.PacketID
@@ -118,18 +119,18 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 		if !ok {
 			code = rcPacketIDNotFound
 		}
-		c.ackAfter(fx, func(error) []byte { return ackPacket(packets.Pubcomp, pid, code, c.v5, "") }) // [MQTT-4.3.3-11]
+		c.ackAfter(fx, func(error) []byte { return mqttwire.Ack(packets.Pubcomp, pid, code, c.v5, "") }) // [MQTT-4.3.3-11]
 		return nil
 	case packets.Subscribe:
 		if err := checkSubscribeOptions(body, c.v5); err != nil {
 			return err
 		}
-		if err := decode(pk, body, (*packets.Packet).SubscribeDecode); err != nil {
+		if err := decode(pk, body); err != nil {
 			return err
 		}
 		return c.onSubscribe(pk)
 	case packets.Unsubscribe:
-		if err := decode(pk, body, (*packets.Packet).UnsubscribeDecode); err != nil {
+		if err := decode(pk, body); err != nil {
 			return err
 		}
 		return c.onUnsubscribe(pk)
@@ -147,7 +148,7 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 				// The codec also skips a property length that is the
 				// last byte; checkBody (under decode) requires the
 				// properties to fill the rest exactly.
-				if err := decode(pk, body, (*packets.Packet).DisconnectDecode); err != nil {
+				if err := decode(pk, body); err != nil {
 					return err
 				}
 			}
@@ -162,24 +163,13 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 		// a protocol error [MQTT-4.12.0-1].
 		return failure(rcProtocolError, "AUTH without an authentication method")
 	default:
-		return failure(rcProtocolError, "%s is not sent by clients", packetName(fh.Type))
+		return failure(rcProtocolError, "%s is not sent by clients", mqttwire.PacketName(fh.Type))
 	}
 }
 
 var packetPool = sync.Pool{New: func() any { return new(packets.Packet) }}
 
 var pingresp = []byte{packets.Pingresp << 4, 0}
-
-func decodeAck(t byte) func(*packets.Packet, []byte) error {
-	switch t {
-	case packets.Puback:
-		return (*packets.Packet).PubackDecode
-	case packets.Pubrec:
-		return (*packets.Packet).PubrecDecode
-	default:
-		return (*packets.Packet).PubcompDecode
-	}
-}
 
 // onPublish handles a client's PUBLISH.
 func (c *conn) onPublish(pk *packets.Packet) error {
@@ -243,7 +233,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 		if dup {
 			// Already routed: acknowledge again, deliver nothing twice
 			// [MQTT-4.3.3-10].
-			c.ackAfter(fx, func(error) []byte { return ackPacket(packets.Pubrec, pid, rcSuccess, c.v5, "") })
+			c.ackAfter(fx, func(error) []byte { return mqttwire.Ack(packets.Pubrec, pid, rcSuccess, c.v5, "") })
 			return nil
 		}
 	}
@@ -254,11 +244,11 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 			if qos == 2 {
 				kind = packets.Pubrec
 			}
-			ack := ackPacket(kind, pk.PacketID, rcNotAuthorized, c.v5, c.ackReason("not authorized to publish to "+topic))
+			ack := mqttwire.Ack(kind, pk.PacketID, rcNotAuthorized, c.v5, c.ackReason("not authorized to publish to "+topic))
 			if c.maxOut > 0 && uint32(len(ack)) > c.maxOut {
 				// The reason string gives way to the client's Maximum
 				// Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
-				ack = ackPacket(kind, pk.PacketID, rcNotAuthorized, c.v5, "")
+				ack = mqttwire.Ack(kind, pk.PacketID, rcNotAuthorized, c.v5, "")
 			}
 			c.ackAfter(fx, func(error) []byte { return ack })
 		}
@@ -294,11 +284,11 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 				c.shutdown(noDisconnect, "")
 				return nil
 			}
-			return ackPacket(kind, pid, rcQuotaExceeded, true, c.ackReason("not stored: the gateway's storage failed"))
+			return mqttwire.Ack(kind, pid, rcQuotaExceeded, true, c.ackReason("not stored: the gateway's storage failed"))
 		case fx.refused && c.v5:
-			return ackPacket(kind, pid, rcQuotaExceeded, true, c.ackReason("a queue it must go to is full (a subscriber's, or a bridge's outbox)"))
+			return mqttwire.Ack(kind, pid, rcQuotaExceeded, true, c.ackReason("a queue it must go to is full (a subscriber's, or a bridge's outbox)"))
 		}
-		return ackPacket(kind, pid, rcSuccess, c.v5, "")
+		return mqttwire.Ack(kind, pid, rcSuccess, c.v5, "")
 	})
 	return nil
 }
@@ -342,13 +332,13 @@ var errDisconnectWithWill = errors.New("client disconnected asking for its will"
 // end runs once when the packet loop stops: it reports the reason to the
 // client (MQTT 5), detaches the session and handles the will.
 func (c *conn) end(err error) {
-	var ce *codeError
+	var we *mqttwire.Error
 	switch {
 	case errors.Is(err, errClientGone), errors.Is(err, errDisconnectWithWill):
 		c.shutdown(noDisconnect, "")
-	case errors.As(err, &ce):
-		c.b.log.Info("closing connection", "client", c.clientID, "remote", c.remote, "reason", ce.reason)
-		c.shutdown(int(ce.code), ce.reason)
+	case errors.As(err, &we):
+		c.b.log.Info("closing connection", "client", c.clientID, "remote", c.remote, "reason", we.Reason)
+		c.shutdown(int(we.Code), we.Reason)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		if c.closingNow() {
 			c.shutdown(noDisconnect, "")

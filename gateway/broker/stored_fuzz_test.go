@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -107,12 +108,12 @@ func fuzzDecodePublish(wire []byte, v5 bool) (*packets.Packet, error) {
 	if err := pk.FixedHeader.Decode(wire[0]); err != nil {
 		return nil, err
 	}
-	n, size, ok := varint(wire[1:])
+	n, size, ok := mqttwire.Varint(wire[1:])
 	if !ok || 1+size+n != len(wire) {
 		return nil, errRemaining
 	}
 	pk.FixedHeader.Remaining = n
-	return pk, decode(pk, wire[1+size:], (*packets.Packet).PublishDecode)
+	return pk, decode(pk, wire[1+size:])
 }
 
 var errRemaining = failure(rcMalformed, "remaining length does not match the packet")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -250,15 +251,11 @@ func (c *stormClient) read() {
 // send encodes pk in the client's version and writes it.
 func (c *stormClient) send(pk *packets.Packet) error {
 	pk.ProtocolVersion = c.version
-	switch pk.FixedHeader.Type {
-	case packets.Pubrel, packets.Subscribe, packets.Unsubscribe:
-		pk.FixedHeader.Qos = 1 // [MQTT-3.6.1-1] [MQTT-3.8.1-1] [MQTT-3.10.1-1]
+	b, err := mqttwire.Encode(pk) // with the flags PUBREL and SUBSCRIBE must carry
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", mqttwire.PacketName(pk.FixedHeader.Type), err)
 	}
-	var buf bytes.Buffer
-	if err := rawEncoders[pk.FixedHeader.Type](pk, &buf); err != nil {
-		return fmt.Errorf("encode %s: %w", packetName(pk.FixedHeader.Type), err)
-	}
-	return c.sendBytes(buf.Bytes())
+	return c.sendBytes(b)
 }
 
 func (c *stormClient) sendBytes(b []byte) error {
@@ -282,13 +279,13 @@ func (c *stormClient) expect(kind byte, pid uint16) (*packets.Packet, error) {
 		select {
 		case pk = <-c.ctl:
 		default:
-			return nil, fmt.Errorf("waiting for %s: connection ended: %w", packetName(kind), c.err)
+			return nil, fmt.Errorf("waiting for %s: connection ended: %w", mqttwire.PacketName(kind), c.err)
 		}
 	case <-timer.C:
-		return nil, fmt.Errorf("no %s within %v", packetName(kind), stressWait)
+		return nil, fmt.Errorf("no %s within %v", mqttwire.PacketName(kind), stressWait)
 	}
 	if pk.FixedHeader.Type != kind || (pid != 0 && pk.PacketID != pid) {
-		return pk, fmt.Errorf("got %s, want %s id %d", rawDescribe(pk), packetName(kind), pid)
+		return pk, fmt.Errorf("got %s, want %s id %d", rawDescribe(pk), mqttwire.PacketName(kind), pid)
 	}
 	return pk, nil
 }
