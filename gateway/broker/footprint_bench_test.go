@@ -2,8 +2,6 @@ package broker
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -322,13 +321,13 @@ func dialFootprintClients(addr string, first, n int) ([]net.Conn, error) {
 			return err
 		}
 		conns[i] = nc
-		var buf bytes.Buffer
 		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4}
 		pk.Connect = packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: "fp" + strconv.Itoa(first+i), Clean: true}
-		if err := pk.ConnectEncode(&buf); err != nil {
+		connect, err := mqttwire.Encode(&pk)
+		if err != nil {
 			return err
 		}
-		body, err := footprintExchange(nc, buf.Bytes(), packets.Connack)
+		body, err := footprintExchange(nc, connect, packets.Connack)
 		if err != nil {
 			return err
 		}
@@ -352,12 +351,12 @@ func subscribeFootprintClients(conns []net.Conn, k int) error {
 		for i := range filters {
 			filters[i] = packets.Subscription{Filter: footprintFilter(c, i), Qos: 1}
 		}
-		var buf bytes.Buffer
-		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4, PacketID: 1, Filters: filters}
-		if err := pk.SubscribeEncode(&buf); err != nil {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, ProtocolVersion: 4, PacketID: 1, Filters: filters}
+		subscribe, err := mqttwire.Encode(&pk)
+		if err != nil {
 			return err
 		}
-		body, err := footprintExchange(conns[c], buf.Bytes(), packets.Suback)
+		body, err := footprintExchange(conns[c], subscribe, packets.Suback)
 		if err != nil {
 			return err
 		}
@@ -409,31 +408,14 @@ func footprintExchange(nc net.Conn, packet []byte, want byte) ([]byte, error) {
 	if _, err := nc.Write(packet); err != nil {
 		return nil, err
 	}
-	r := bufio.NewReader(nc)
-	head, err := r.ReadByte()
+	fh, body, err := mqttwire.ReadPacket(bufio.NewReader(nc), 0, nil)
 	if err != nil {
 		return nil, err
 	}
-	if head>>4 != want {
-		return nil, fmt.Errorf("packet type %d instead of %d", head>>4, want)
+	if fh.Type != want {
+		return nil, fmt.Errorf("packet type %d instead of %d", fh.Type, want)
 	}
-	var size, shift int
-	for {
-		c, err := r.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		size |= int(c&0x7f) << shift
-		if c&0x80 == 0 {
-			break
-		}
-		if shift += 7; shift > 21 {
-			return nil, errors.New("malformed remaining length")
-		}
-	}
-	body := make([]byte, size)
-	_, err = io.ReadFull(r, body)
-	return body, err
+	return body, nil
 }
 
 // closeFootprintClients closes conns with a reset, so that no TIME_WAIT

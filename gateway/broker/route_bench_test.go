@@ -2,12 +2,14 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -24,10 +26,11 @@ func drainedSubscriber(b *testing.B, addr, id, filter string, qos byte) {
 	var buf bytes.Buffer
 	cp := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4}
 	cp.Connect = packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true}
-	_ = cp.ConnectEncode(&buf)
-	sp := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4, PacketID: 1,
+	sp := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, ProtocolVersion: 4, PacketID: 1,
 		Filters: packets.Subscriptions{{Filter: filter, Qos: qos}}}
-	_ = sp.SubscribeEncode(&buf)
+	if err := errors.Join(mqttwire.EncodeTo(&buf, cp), mqttwire.EncodeTo(&buf, sp)); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := c.Write(buf.Bytes()); err != nil {
 		b.Fatal(err)
 	}
