@@ -2,14 +2,13 @@ package reliability
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -18,7 +17,7 @@ import (
 // device's firmware would, so that it survives the connection: a client
 // library would hide the DUP flag and the identifiers, and could not be
 // trusted to resend exactly what the protocol asks after a broker restart.
-// mochi's codec encodes and decodes the packets.
+// mqttwire frames, encodes and decodes the packets.
 type client struct {
 	id  string
 	nc  net.Conn
@@ -85,49 +84,18 @@ func dial(addr, id string, clean bool, expiry uint32, receiveMax uint16) (*clien
 
 func (c *client) close() { _ = c.nc.Close() }
 
-// encoders are the packets the client sends, decoders those it reads.
-var (
-	encoders = map[byte]func(*packets.Packet, *bytes.Buffer) error{
-		packets.Connect:    (*packets.Packet).ConnectEncode,
-		packets.Publish:    (*packets.Packet).PublishEncode,
-		packets.Puback:     (*packets.Packet).PubackEncode,
-		packets.Pubrec:     (*packets.Packet).PubrecEncode,
-		packets.Pubrel:     (*packets.Packet).PubrelEncode,
-		packets.Pubcomp:    (*packets.Packet).PubcompEncode,
-		packets.Subscribe:  (*packets.Packet).SubscribeEncode,
-		packets.Disconnect: (*packets.Packet).DisconnectEncode,
-	}
-	decoders = map[byte]func(*packets.Packet, []byte) error{
-		packets.Connack:    (*packets.Packet).ConnackDecode,
-		packets.Publish:    (*packets.Packet).PublishDecode,
-		packets.Puback:     (*packets.Packet).PubackDecode,
-		packets.Pubrec:     (*packets.Packet).PubrecDecode,
-		packets.Pubrel:     (*packets.Packet).PubrelDecode,
-		packets.Pubcomp:    (*packets.Packet).PubcompDecode,
-		packets.Suback:     (*packets.Packet).SubackDecode,
-		packets.Disconnect: (*packets.Packet).DisconnectDecode,
-		packets.Pingresp:   (*packets.Packet).PingrespDecode,
-	}
-)
-
-// write encodes pk and sends it.
+// write encodes pk, with the header flags PUBREL and SUBSCRIBE must carry
+// [MQTT-3.6.1-1] [MQTT-3.8.1-1], and sends it.
 func (c *client) write(pk *packets.Packet) error {
 	pk.ProtocolVersion = 5
-	encode, ok := encoders[pk.FixedHeader.Type]
-	if !ok {
-		return fmt.Errorf("the test client does not send %s", packetName(pk))
-	}
-	if t := pk.FixedHeader.Type; t == packets.Pubrel || t == packets.Subscribe {
-		pk.FixedHeader.Qos = 1 // the flags these must carry [MQTT-3.6.1-1] [MQTT-3.8.1-1]
-	}
-	var buf bytes.Buffer
-	if err := encode(pk, &buf); err != nil {
+	b, err := mqttwire.Encode(pk)
+	if err != nil {
 		return err
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(ioTimeout))
-	_, err := c.nc.Write(buf.Bytes())
+	_, err = c.nc.Write(b)
 	return err
 }
 
@@ -141,25 +109,26 @@ func (c *client) read(wait time.Duration) (*packets.Packet, error) {
 	}
 	// The rest of a packet that has started comes at loopback speed.
 	_ = c.nc.SetReadDeadline(time.Now().Add(ioTimeout))
-	n, _, err := packets.DecodeLength(c.r)
+	fh, _, err := mqttwire.ReadHeader(hb, c.r, 0)
+	if err != nil {
+		return nil, fmt.Errorf("from the broker: %w", err)
+	}
+	body, err := mqttwire.ReadBody(c.r, fh.Remaining, nil)
 	if err != nil {
 		return nil, err
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return nil, err
-	}
-	pk := &packets.Packet{ProtocolVersion: 5}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return nil, fmt.Errorf("malformed header 0x%02x from the broker: %w", hb, err)
-	}
-	pk.FixedHeader.Remaining = n
-	decode, ok := decoders[pk.FixedHeader.Type]
-	if !ok {
+	return decodeFromBroker(fh, body)
+}
+
+// decodeFromBroker decodes a packet the broker sent, which must be one
+// servers send.
+func decodeFromBroker(fh packets.FixedHeader, body []byte) (*packets.Packet, error) {
+	pk := &packets.Packet{FixedHeader: fh, ProtocolVersion: 5}
+	if !mqttwire.SentByServer(fh.Type) {
 		return nil, fmt.Errorf("unexpected %s from the broker", packetName(pk))
 	}
-	if err := decode(pk, body); err != nil {
-		return nil, fmt.Errorf("malformed %s from the broker: %w", packetName(pk), err)
+	if err := mqttwire.Decode(pk, body); err != nil {
+		return nil, fmt.Errorf("from the broker: %w", err)
 	}
 	return pk, nil
 }
@@ -211,9 +180,5 @@ func (c *client) disconnect() {
 	c.close()
 }
 
-func packetName(pk *packets.Packet) string {
-	if n, ok := packets.PacketNames[pk.FixedHeader.Type]; ok {
-		return n
-	}
-	return fmt.Sprintf("packet type %d", pk.FixedHeader.Type)
-}
+// packetName names pk's type, for messages.
+func packetName(pk *packets.Packet) string { return mqttwire.PacketName(pk.FixedHeader.Type) }

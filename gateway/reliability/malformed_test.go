@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/internal/relrecord"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -81,22 +82,6 @@ type malformedCase struct {
 	halfClose bool
 }
 
-// malformedVarint encodes a variable byte integer (§1.5.5).
-func malformedVarint(n int) []byte {
-	var b []byte
-	for {
-		c := byte(n % 128)
-		n /= 128
-		if n > 0 {
-			c |= 0x80
-		}
-		b = append(b, c)
-		if n == 0 {
-			return b
-		}
-	}
-}
-
 func malformedU16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
 
 func malformedU32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
@@ -108,13 +93,13 @@ func malformedStr(s string) []byte { return append(malformedU16(uint16(len(s))),
 // then parts.
 func malformedFrame(h byte, parts ...[]byte) []byte {
 	body := bytes.Join(parts, nil)
-	return append(append([]byte{h}, malformedVarint(len(body))...), body...)
+	return append(mqttwire.AppendHeader(nil, h, len(body)), body...)
 }
 
 // malformedProps builds a property block: its length, then the properties.
 func malformedProps(ps ...[]byte) []byte {
 	body := bytes.Join(ps, nil)
-	return append(malformedVarint(len(body)), body...)
+	return append(mqttwire.AppendVarint(nil, len(body)), body...)
 }
 
 // malformedConnect builds a CONNECT with keep alive 30 s. props is the
@@ -380,7 +365,7 @@ func malformedRead(nc net.Conn, r *bufio.Reader, v5 bool, wait time.Duration) ma
 		case packets.Suback:
 			rest := body[min(2, len(body)):]
 			if v5 {
-				if n, size := malformedUvarint(rest); size > 0 && size+n <= len(rest) {
+				if n, size, ok := mqttwire.Varint(rest); ok && size+n <= len(rest) {
 					rest = rest[size+n:]
 				}
 			}
@@ -409,39 +394,12 @@ func malformedPacket(r *bufio.Reader) (byte, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	n, mult := 0, 1
-	for i := 0; ; i++ {
-		b, err := r.ReadByte()
-		if err != nil {
-			return h, nil, err
-		}
-		if i == 4 {
-			return h, nil, errors.New("the broker sent a remaining length of more than 4 bytes")
-		}
-		n += int(b&0x7F) * mult
-		mult *= 128
-		if b&0x80 == 0 {
-			break
-		}
+	fh, _, err := mqttwire.ReadHeader(h, r, 0)
+	if err != nil {
+		return h, nil, fmt.Errorf("from the broker: %w", err)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return h, nil, err
-	}
-	return h, body, nil
-}
-
-// malformedUvarint decodes a variable byte integer; size 0 when cut.
-func malformedUvarint(b []byte) (n, size int) {
-	mult := 1
-	for i := 0; i < len(b) && i < 4; i++ {
-		n += int(b[i]&0x7F) * mult
-		mult *= 128
-		if b[i]&0x80 == 0 {
-			return n, i + 1
-		}
-	}
-	return 0, 0
+	body, err := mqttwire.ReadBody(r, fh.Remaining, nil)
+	return h, body, err
 }
 
 // malformedPrefix is the CONNECT a level 4 or 5 case starts with.

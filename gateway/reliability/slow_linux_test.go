@@ -1,13 +1,16 @@
 package reliability
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"syscall"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -71,22 +74,16 @@ func (r *slowStamped) read() (*packets.Packet, time.Time, error) {
 
 // next takes one whole packet off buf, if there is one.
 func (r *slowStamped) next() (*packets.Packet, time.Time, bool, error) {
-	n, mult, i := 0, 1, 1
-	for ; ; i++ {
-		if i >= len(r.buf) {
-			return nil, time.Time{}, false, nil
-		}
-		if i > 4 {
-			return nil, time.Time{}, false, fmt.Errorf("remaining length longer than four bytes")
-		}
-		n += int(r.buf[i]&0x7f) * mult
-		mult *= 128
-		if r.buf[i]&0x80 == 0 {
-			break
-		}
+	if len(r.buf) == 0 {
+		return nil, time.Time{}, false, nil
 	}
-	total := i + 1 + n
-	if len(r.buf) < total {
+	fh, total, err := mqttwire.ReadHeader(r.buf[0], bytes.NewReader(r.buf[1:]), 0)
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, time.Time{}, false, nil // the remaining length is still coming
+	case err != nil:
+		return nil, time.Time{}, false, fmt.Errorf("from the broker: %w", err)
+	case len(r.buf) < total:
 		return nil, time.Time{}, false, nil
 	}
 	var at time.Time
@@ -96,18 +93,9 @@ func (r *slowStamped) next() (*packets.Packet, time.Time, bool, error) {
 			break
 		}
 	}
-	pk := &packets.Packet{ProtocolVersion: 5}
-	if err := pk.FixedHeader.Decode(r.buf[0]); err != nil {
-		return nil, at, false, fmt.Errorf("malformed header 0x%02x from the broker: %w", r.buf[0], err)
-	}
-	pk.FixedHeader.Remaining = n
-	decode, ok := decoders[pk.FixedHeader.Type]
-	if !ok {
-		return nil, at, false, fmt.Errorf("unexpected %s from the broker", packetName(pk))
-	}
-	body := append([]byte(nil), r.buf[i+1:total]...)
-	if err := decode(pk, body); err != nil {
-		return nil, at, false, fmt.Errorf("malformed %s from the broker: %w", packetName(pk), err)
+	pk, err := decodeFromBroker(fh, bytes.Clone(r.buf[total-fh.Remaining:total]))
+	if err != nil {
+		return nil, at, false, err
 	}
 	r.buf = r.buf[:copy(r.buf, r.buf[total:])]
 	k := 0
