@@ -8,11 +8,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -36,22 +36,12 @@ var (
 	ErrUnexpected = errors.New("brokerbench: unexpected packet")
 )
 
-// Packets the client sends unchanged, or with only the packet id patched,
-// encoded once with the codec.
+// Packets the client sends unchanged: MQTT 3.1.1's PINGREQ and DISCONNECT
+// are a fixed header with nothing after it.
 var (
-	pingreqPacket    = mustEncode(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}}, (*packets.Packet).PingreqEncode)
-	disconnectPacket = mustEncode(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect}}, (*packets.Packet).DisconnectEncode)
-	pubackPacket     = mustEncode(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 1}, (*packets.Packet).PubackEncode)
+	pingreqPacket    = mqttwire.AppendHeader(nil, packets.Pingreq<<4, 0)
+	disconnectPacket = mqttwire.AppendHeader(nil, packets.Disconnect<<4, 0)
 )
-
-func mustEncode(pk packets.Packet, encode func(*packets.Packet, *bytes.Buffer) error) []byte {
-	pk.ProtocolVersion = mqtt311
-	var buf bytes.Buffer
-	if err := encode(&pk, &buf); err != nil {
-		panic(fmt.Sprintf("brokerbench: encoding packet type %d: %v", pk.FixedHeader.Type, err))
-	}
-	return buf.Bytes()
-}
 
 // Options configures one connection.
 type Options struct {
@@ -120,7 +110,7 @@ func Dial(ctx context.Context, addr string, o Options) (*Conn, error) {
 			ClientIdentifier: o.ClientID,
 		},
 	}
-	if err := c.send(&pk, (*packets.Packet).ConnectEncode); err != nil {
+	if err := c.send(&pk); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("brokerbench: %s: sending CONNECT: %w", addr, err)
 	}
@@ -160,40 +150,27 @@ func (c *Conn) deadline(ctx context.Context) time.Time {
 // Read reads the next packet into pk. Its topic, payload and SUBACK return
 // codes alias the connection's buffer and are valid until the next Read.
 func (c *Conn) Read(pk *packets.Packet) error {
-	hb, err := c.r.ReadByte()
-	if err != nil {
+	fh, body, err := mqttwire.ReadPacket(c.r, 0, c.rbuf)
+	var bad *mqttwire.Error
+	switch {
+	case errors.As(err, &bad):
+		return fmt.Errorf("brokerbench: %w", err)
+	case err != nil:
 		return err
 	}
-	*pk = packets.Packet{ProtocolVersion: mqtt311}
-	if err := pk.FixedHeader.Decode(hb); err != nil {
-		return fmt.Errorf("brokerbench: fixed header %#02x: %w", hb, err)
-	}
-	n, _, err := packets.DecodeLength(c.r)
-	if err != nil {
-		return fmt.Errorf("brokerbench: remaining length: %w", err)
-	}
-	pk.FixedHeader.Remaining = n
-	if cap(c.rbuf) < n {
-		c.rbuf = make([]byte, n)
-	}
-	body := c.rbuf[:n]
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return err
-	}
-	switch pk.FixedHeader.Type {
-	case packets.Publish:
-		err = pk.PublishDecode(body)
-	case packets.Puback:
-		err = pk.PubackDecode(body)
-	case packets.Connack:
-		err = pk.ConnackDecode(body)
-	case packets.Suback:
-		err = pk.SubackDecode(body)
+	c.rbuf = body
+	*pk = packets.Packet{FixedHeader: fh, ProtocolVersion: mqtt311}
+	switch fh.Type {
+	case packets.Publish, packets.Puback, packets.Connack, packets.Suback:
+		if err := mqttwire.Decode(pk, body); err != nil {
+			return fmt.Errorf("brokerbench: %w", err)
+		}
+		return nil
 	case packets.Pingresp:
+		return nil
 	default:
-		err = fmt.Errorf("%w: type %d", ErrUnexpected, pk.FixedHeader.Type)
+		return fmt.Errorf("%w: type %d", ErrUnexpected, fh.Type)
 	}
-	return err
 }
 
 // buffered reports whether more received bytes wait in the read buffer:
@@ -210,8 +187,8 @@ func (c *Conn) Subscribe(ctx context.Context, filters []string, qos byte, onPubl
 		batch := filters[start:min(start+maxFiltersPerSubscribe, len(filters))]
 		_ = c.nc.SetReadDeadline(c.deadline(ctx))
 		pk := packets.Packet{
-			// [MQTT-3.8.1-1]: SUBSCRIBE's fixed header flags are 0010.
-			FixedHeader:     packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+			// mqttwire sets SUBSCRIBE's fixed header flags, 0010 [MQTT-3.8.1-1].
+			FixedHeader:     packets.FixedHeader{Type: packets.Subscribe},
 			ProtocolVersion: mqtt311,
 			Filters:         make(packets.Subscriptions, len(batch)),
 		}
@@ -225,7 +202,7 @@ func (c *Conn) Subscribe(ctx context.Context, filters []string, qos byte, onPubl
 		}
 		pk.PacketID = c.nextID
 		c.mu.Unlock()
-		if err := c.send(&pk, (*packets.Packet).SubscribeEncode); err != nil {
+		if err := c.send(&pk); err != nil {
 			return fmt.Errorf("brokerbench: SUBSCRIBE: %w", err)
 		}
 		if err := c.awaitSuback(pk.PacketID, batch, onPublish); err != nil {
@@ -268,12 +245,12 @@ func (c *Conn) awaitSuback(id uint16, filters []string, onPublish func(*packets.
 	}
 }
 
-// send encodes pk with encode and writes and flushes it.
-func (c *Conn) send(pk *packets.Packet, encode func(*packets.Packet, *bytes.Buffer) error) error {
+// send encodes pk and writes and flushes it.
+func (c *Conn) send(pk *packets.Packet) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.enc.Reset()
-	if err := encode(pk, &c.enc); err != nil {
+	if err := mqttwire.EncodeTo(&c.enc, pk); err != nil {
 		return err
 	}
 	if _, err := c.w.Write(c.enc.Bytes()); err != nil {
@@ -306,9 +283,7 @@ func (c *Conn) flush() error {
 // puback acknowledges the QoS 1 message with packet id id.
 func (c *Conn) puback(id uint16, flush bool) error {
 	var b [4]byte
-	copy(b[:], pubackPacket)
-	binary.BigEndian.PutUint16(b[2:], id)
-	return c.write(b[:], flush)
+	return c.write(mqttwire.AppendAck(b[:0], packets.Puback, id, 0, false, ""), flush)
 }
 
 // Ping sends PINGREQ; the PINGRESP is read, or left in the socket buffer,
@@ -352,11 +327,11 @@ func newPublishPacket(topic string, qos byte, payloadSize int) (*publishPacket, 
 	if qos > 0 {
 		pk.PacketID = 1 // a placeholder, patched per message
 	}
-	var buf bytes.Buffer
-	if err := pk.PublishEncode(&buf); err != nil {
+	b, err := mqttwire.Encode(&pk)
+	if err != nil {
 		return nil, fmt.Errorf("brokerbench: encoding PUBLISH to %s: %w", topic, err)
 	}
-	p := &publishPacket{b: buf.Bytes()}
+	p := &publishPacket{b: b}
 	p.payloadAt = len(p.b) - payloadSize
 	p.idAt = p.payloadAt - 2
 	return p, nil
