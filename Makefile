@@ -25,6 +25,7 @@ FUZZTIME ?= 30s
 # TEST_FUZZTIME, make soak for SOAK_FUZZTIME.
 FUZZ_TARGETS := \
 	./matcher:FuzzIndex ./matcher:FuzzValidate ./matcher:FuzzSubscribeOptions ./matcher:FuzzAlgebra \
+	./internal/mqttwire:FuzzReadPacket \
 	./gateway/broker:FuzzConnReader ./gateway/broker:FuzzStoredMessage ./gateway/broker:FuzzRestore \
 	./gateway/broker/auth:FuzzPasswordFile ./gateway/broker/auth:FuzzACL \
 	./gateway/bridge/mqttclient:FuzzClientStream ./gateway/bridge:FuzzTemplate \
