@@ -38,38 +38,9 @@ func Decode(pk *packets.Packet, body []byte) (err error) {
 }
 
 func decodeBody(pk *packets.Packet, body []byte) error {
-	switch t := pk.FixedHeader.Type; t {
-	case packets.Connect:
-		return pk.ConnectDecode(body)
-	case packets.Connack:
-		return pk.ConnackDecode(body)
-	case packets.Publish:
-		return pk.PublishDecode(body)
-	case packets.Puback:
-		return pk.PubackDecode(body)
-	case packets.Pubrec:
-		return pk.PubrecDecode(body)
-	case packets.Pubrel:
-		return pk.PubrelDecode(body)
-	case packets.Pubcomp:
-		return pk.PubcompDecode(body)
-	case packets.Subscribe:
-		return pk.SubscribeDecode(body)
-	case packets.Suback:
-		return pk.SubackDecode(body)
-	case packets.Unsubscribe:
-		return pk.UnsubscribeDecode(body)
-	case packets.Unsuback:
-		return pk.UnsubackDecode(body)
-	case packets.Pingreq:
-		return pk.PingreqDecode(body)
-	case packets.Pingresp:
-		return pk.PingrespDecode(body)
-	case packets.Disconnect:
-		return pk.DisconnectDecode(body)
-	case packets.Auth:
-		return pk.AuthDecode(body)
-	default:
-		return fmt.Errorf("no packet of type %d", t)
+	c := codecFor(pk.FixedHeader.Type)
+	if c == nil {
+		return fmt.Errorf("no packet of type %d", pk.FixedHeader.Type)
 	}
+	return c.decode(pk, body)
 }

@@ -15,28 +15,6 @@ func PacketName(t byte) string {
 	return fmt.Sprintf("packet type %d", t)
 }
 
-// SentByClient reports whether a client may send packets of type t
-// (MQTT 5 §2.1.2): a server receiving another type has a Protocol Error.
-func SentByClient(t byte) bool {
-	switch t {
-	case packets.Connect, packets.Publish, packets.Puback, packets.Pubrec, packets.Pubrel, packets.Pubcomp,
-		packets.Subscribe, packets.Unsubscribe, packets.Pingreq, packets.Disconnect, packets.Auth:
-		return true
-	}
-	return false
-}
-
-// SentByServer reports whether a server may send packets of type t
-// (MQTT 5 §2.1.2): a client receiving another type has a Protocol Error.
-func SentByServer(t byte) bool {
-	switch t {
-	case packets.Connack, packets.Publish, packets.Puback, packets.Pubrec, packets.Pubrel, packets.Pubcomp,
-		packets.Suback, packets.Unsuback, packets.Pingresp, packets.Disconnect, packets.Auth:
-		return true
-	}
-	return false
-}
-
 // reasons are the codec's reason codes, one for each code MQTT 5 defines
 // (§2.4), in the codec's words; where the codec has several for a code
 // (0x81 for each field that can be malformed), the general one.

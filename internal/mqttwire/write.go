@@ -82,41 +82,14 @@ func Encode(pk *packets.Packet) ([]byte, error) {
 // a packet it will not encode (a QoS 1 PUBLISH without a packet
 // identifier, say), or a type that does not exist.
 func EncodeTo(buf *bytes.Buffer, pk *packets.Packet) error {
-	switch t := pk.FixedHeader.Type; t {
-	case packets.Connect:
-		return pk.ConnectEncode(buf)
-	case packets.Connack:
-		return pk.ConnackEncode(buf)
-	case packets.Publish:
-		return pk.PublishEncode(buf)
-	case packets.Puback:
-		return pk.PubackEncode(buf)
-	case packets.Pubrec:
-		return pk.PubrecEncode(buf)
-	case packets.Pubrel:
-		pk.FixedHeader.Qos = 1
-		return pk.PubrelEncode(buf)
-	case packets.Pubcomp:
-		return pk.PubcompEncode(buf)
-	case packets.Subscribe:
-		pk.FixedHeader.Qos = 1
-		return pk.SubscribeEncode(buf)
-	case packets.Suback:
-		return pk.SubackEncode(buf)
-	case packets.Unsubscribe:
-		pk.FixedHeader.Qos = 1
-		return pk.UnsubscribeEncode(buf)
-	case packets.Unsuback:
-		return pk.UnsubackEncode(buf)
-	case packets.Pingreq:
-		return pk.PingreqEncode(buf)
-	case packets.Pingresp:
-		return pk.PingrespEncode(buf)
-	case packets.Disconnect:
-		return pk.DisconnectEncode(buf)
-	case packets.Auth:
-		return pk.AuthEncode(buf)
-	default:
+	t := pk.FixedHeader.Type
+	c := codecFor(t)
+	if c == nil {
 		return fmt.Errorf("mqttwire: no packet of type %d", t)
 	}
+	switch t {
+	case packets.Pubrel, packets.Subscribe, packets.Unsubscribe:
+		pk.FixedHeader.Qos = 1
+	}
+	return c.encode(pk, buf)
 }
