@@ -68,17 +68,8 @@ type Bridge struct {
 	window     int
 	peak       int // the most QoS 1/2 messages seen in flight at once
 
-	// flights are the outbox entries handed to the current or last link,
-	// by sequence, with their packet identifiers: after a reconnect with
-	// the session present they are resent with those identifiers
-	// [MQTT-4.4.0-1], so that the server's QoS 2 state still matches.
-	// QoS 2 flights are also recorded in storage, before each PUBLISH and
-	// each PUBREL, so that this holds across a restart too.
-	flights map[uint64]*outFlight
-	byPID   map[uint16]*outFlight // the same, by packet identifier
-	recs    []uint16              // PUBRECs whose PUBREL waits for its record
-	stamp   uint64                // the next flight record's stamp
-	tracked bool                  // storage records this bridge's QoS 2 flights
+	flights *flightTable // the outbox entries in flight upstream; locks itself
+	tracked bool         // storage records this bridge's QoS 2 flights
 	// A failed QoS 2 record (a full or failing disk) holds the sender
 	// back until recordHold, and is logged at most once per recordWarnEvery;
 	// both belong to the run goroutine.

@@ -10,15 +10,6 @@ import (
 	"github.com/fieldgate/fieldgate/storage"
 )
 
-// outFlight is one outbox entry in flight upstream.
-type outFlight struct {
-	seq      uint64
-	pid      uint16
-	recorded bool // QoS 2: its record (pid, not released) is in storage
-	recd     bool // QoS 2: PUBREC came; PUBREL waits until released is recorded
-	released bool // QoS 2: PUBREC came and is recorded; PUBREL is what to resend
-}
-
 // loadFlights takes up the QoS 2 messages that were in flight upstream
 // when the gateway last stopped, to resume them on the first connection.
 // Of two records holding one packet identifier, the older one's message
@@ -39,7 +30,7 @@ func (b *Bridge) loadFlights() error {
 	live := map[uint16]storage.OutboxFlight{}
 	var done []storage.OutboxFlight
 	for _, f := range set.Flights {
-		b.stamp = max(b.stamp, f.Stamp+1)
+		b.flights.stampAfter(f.Stamp)
 		if old, ok := live[f.PID]; ok {
 			if old.Stamp > f.Stamp {
 				old, f = f, old
@@ -64,13 +55,11 @@ func (b *Bridge) loadFlights() error {
 			continue
 		}
 		b.ob.resumeFlight(f.Seq, size)
-		of := &outFlight{seq: f.Seq, pid: f.PID, recorded: true, released: f.Released}
-		b.flights[f.Seq] = of
-		b.byPID[f.PID] = of
+		b.flights.track(&outFlight{seq: f.Seq, pid: f.PID, recorded: true, released: f.Released})
 	}
 	db.CommitLazy(&batch)
 	b.ob.flushDeletes()
-	if n := len(b.flights); n > 0 {
+	if n := b.flights.len(); n > 0 {
 		b.log.Info("QoS 2 messages in flight upstream at the last stop are resumed", "messages", n)
 	}
 	return nil
@@ -90,10 +79,7 @@ func (b *Bridge) entry(seq uint64) (size int, topic string, ok bool) {
 // for a QoS 2 message past PUBREC); without, the outbox cursor goes back
 // and it is sent as new. It reports false when the link failed meanwhile.
 func (b *Bridge) resume(c *mqttclient.Client) bool {
-	b.mu.Lock()
-	flights := b.flights
-	b.flights, b.byPID, b.recs = map[uint64]*outFlight{}, map[uint16]*outFlight{}, nil
-	b.mu.Unlock()
+	flights := b.flights.takeAll()
 	if len(flights) == 0 {
 		return true
 	}
@@ -133,15 +119,15 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 		// Nothing of QoS 2 goes out before its record is on disk.
 		switch {
 		case f.recd && !f.released:
-			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Released: true, Stamp: b.nextStamp()})
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Released: true, Stamp: b.flights.nextStamp()})
 		case f.pid != 0 && !f.released && !f.recorded && min(e.Msg.QoS, c.Info().MaxQoS) == 2:
-			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Stamp: b.nextStamp()})
+			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Stamp: b.flights.nextStamp()})
 		}
 	}
 	if !batch.Empty() {
 		if err := b.opts.Store.CommitWait(&batch); err != nil {
 			b.recordFailed("recording QoS 2 messages in flight failed; the link is closed to try again", err)
-			b.restore(flights)
+			b.flights.restore(flights)
 			return false
 		}
 		for _, f := range flights {
@@ -162,7 +148,7 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 			b.ob.unsend(seq)
 			continue
 		case f.released:
-			b.track(f)
+			b.flights.track(f)
 			done := b.done(seq, e.Msg.Topic)
 			err = c.Release(f.pid, func(err error, reason byte) {
 				if reason == rcPacketIDNotFound {
@@ -181,7 +167,7 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 			for _, s := range seqs[i:] {
 				rest[s] = flights[s]
 			}
-			b.restore(rest)
+			b.flights.restore(rest)
 			return false
 		}
 		b.mu.Lock()
@@ -194,25 +180,6 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 // rcPacketIDNotFound is the reason code of a PUBCOMP for a PUBREL whose
 // packet identifier the server no longer holds.
 const rcPacketIDNotFound = 0x92
-
-// restore gives back flights that a failed resume did not resend, for the
-// next link to resume.
-func (b *Bridge) restore(flights map[uint64]*outFlight) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for seq, f := range flights {
-		if _, taken := b.flights[seq]; !taken {
-			b.flights[seq] = f
-		}
-	}
-}
-
-func (b *Bridge) nextStamp() uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.stamp++
-	return b.stamp - 1
-}
 
 // prepare takes packet identifiers for the entries that go out at QoS 2
 // and records them, durably, before any of them is sent. It returns the
@@ -237,7 +204,7 @@ func (b *Bridge) prepare(c *mqttclient.Client, entries []storage.OutboxEntry) (p
 			break
 		}
 		pids[i] = pid
-		batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: e.Seq, PID: pid, Stamp: b.nextStamp()})
+		batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: e.Seq, PID: pid, Stamp: b.flights.nextStamp()})
 	}
 	if batch.Empty() {
 		return pids, ready
@@ -285,77 +252,35 @@ func (b *Bridge) recordFailed(msg string, err error) {
 // onPubrec is the client's OnPubrec: the PUBREL for pid waits until the
 // send loop has recorded that the server received the message.
 func (b *Bridge) onPubrec(pid uint16) {
-	b.mu.Lock()
-	b.recs = append(b.recs, pid)
-	b.mu.Unlock()
+	b.flights.pubrec(pid)
 	b.ob.signal()
 }
 
 // release records the PUBRECs that came since the last call as released,
 // in one commit, then sends their PUBRELs.
 func (b *Bridge) release(c *mqttclient.Client) {
-	b.mu.Lock()
-	recs := b.recs
-	b.recs = nil
-	var batch storage.Batch
-	var fs []*outFlight
-	var strays []uint16
-	for _, pid := range recs {
-		if f := b.byPID[pid]; f != nil {
-			b.stamp++
-			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: f.seq, PID: pid, Released: true, Stamp: b.stamp - 1})
-			fs = append(fs, f)
-		} else {
-			strays = append(strays, pid)
-		}
-	}
-	b.mu.Unlock()
-	for _, pid := range strays {
+	r := b.flights.takeReceipts()
+	for _, pid := range r.strays {
 		_ = c.ReleaseHeld(pid) // no record to keep: never hold a flight for good
 	}
-	if len(fs) == 0 {
+	if len(r.flights) == 0 {
 		return
+	}
+	var batch storage.Batch
+	for i := range r.records {
+		batch.OutboxFlightPut(b.name, &r.records[i])
 	}
 	if err := b.opts.Store.CommitWait(&batch); err != nil {
 		b.recordFailed("recording QoS 2 receipts failed; their PUBRELs wait", err)
-		b.mu.Lock()
-		b.recs = append(recs, b.recs...)
-		b.mu.Unlock()
+		b.flights.requeue(r.pids)
 		return
 	}
-	b.mu.Lock()
-	for _, f := range fs {
-		f.released = true
-	}
-	b.mu.Unlock()
-	for _, f := range fs {
+	b.flights.markReleased(r.flights)
+	for _, f := range r.flights {
 		// An error means the link ended: the teardown reports the flight
 		// as past PUBREC, and the next link sends the PUBREL.
 		_ = c.ReleaseHeld(f.pid)
 	}
-}
-
-func (b *Bridge) track(f *outFlight) {
-	b.mu.Lock()
-	b.flights[f.seq] = f
-	if f.pid != 0 {
-		b.byPID[f.pid] = f
-	}
-	b.mu.Unlock()
-}
-
-// untrack forgets entry seq's flight.
-func (b *Bridge) untrack(seq uint64) {
-	b.mu.Lock()
-	b.untrackLocked(seq)
-	b.mu.Unlock()
-}
-
-func (b *Bridge) untrackLocked(seq uint64) {
-	if f := b.flights[seq]; f != nil && b.byPID[f.pid] == f {
-		delete(b.byPID, f.pid)
-	}
-	delete(b.flights, seq)
 }
 
 // done is the completion of entry seq upstream.
@@ -363,11 +288,7 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 	return func(err error, reason byte) {
 		if err != nil {
 			if errors.Is(err, mqttclient.ErrReleasePending) {
-				b.mu.Lock()
-				if f := b.flights[seq]; f != nil {
-					f.recd = true
-				}
-				b.mu.Unlock()
+				b.flights.markRecd(seq)
 			}
 			return // the link failed; resume or rewind deals with it
 		}
@@ -376,8 +297,8 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 			why = DropRejected
 			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
 		}
+		b.flights.untrack(seq)
 		b.mu.Lock()
-		b.untrackLocked(seq)
 		b.acked++
 		b.mu.Unlock()
 		b.ob.acked(seq, topic, why)
@@ -391,27 +312,24 @@ func (b *Bridge) send1(c *mqttclient.Client, e *storage.OutboxEntry, pid uint16,
 	seq, topic := e.Seq, e.Msg.Topic
 	m := &mqttclient.Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: dup}
 	f := &outFlight{seq: seq, pid: pid, recorded: pid != 0 && b.opts.Store != nil && min(e.Msg.QoS, c.Info().MaxQoS) == 2}
-	b.track(f) // before Publish: its completion may come at once
+	b.flights.track(f) // before Publish: its completion may come at once
 	got, err := c.Publish(m, b.done(seq, topic))
 	switch {
 	case err == nil:
+		b.flights.setPID(f, got)
 		b.mu.Lock()
-		if f.pid == 0 && got != 0 {
-			f.pid = got
-			b.byPID[got] = f
-		}
 		b.sent++
 		b.mu.Unlock()
 		return nil
 	case errors.Is(err, mqttclient.ErrTooLarge):
 		// The server will never take it: retrying would stop the route.
-		b.untrack(seq)
+		b.flights.untrack(seq)
 		c.CancelID(pid)
 		b.log.Warn("message larger than the upstream accepts; it is dropped", "topic", topic, "bytes", len(e.Msg.Payload))
 		b.ob.acked(seq, topic, DropTooLarge)
 		return nil
 	default:
-		b.untrack(seq)
+		b.flights.untrack(seq)
 		return err
 	}
 }

@@ -38,7 +38,7 @@ func New(cfg config.Bridge, opts Options) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge %s: outbox: %w", cfg.Name, err)
 	}
 	b := &Bridge{name: cfg.Name, opts: opts, log: opts.Log.With("bridge", cfg.Name), ob: ob, state: StateStopped,
-		flights: map[uint64]*outFlight{}, byPID: map[uint16]*outFlight{}, stamp: 1}
+		flights: newFlightTable()}
 	rt, err := b.compile(cfg, outs, ins)
 	if err != nil {
 		return nil, err
