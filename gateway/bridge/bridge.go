@@ -38,50 +38,66 @@ type Options struct {
 // broker: out-routes through a durable outbox, in-routes back to local
 // subscribers.
 type Bridge struct {
-	name string
-	opts Options
-	log  *slog.Logger
-	ob   *outbox
-	rt   atomic.Pointer[routing] // replaced whole by Reconfigure
-
+	// Set by New, and by Start before its goroutines begin; only read
+	// after that.
+	name   string
+	opts   Options
+	log    *slog.Logger
 	local  Local
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the run and expiry goroutines
 
-	// inMu orders inbound delivery: the reader's messages and the
-	// backlog handed over when the in-routes open go one at a time, so
-	// none is held after the hand-over and none overtakes the backlog.
-	inMu sync.Mutex
+	// Safe for concurrent use on their own.
+	ob       *outbox                 // the out-routes' durable queue
+	rt       atomic.Pointer[routing] // replaced whole by Reconfigure
+	flights  *flightTable            // the outbox entries in flight upstream
+	received mqttclient.Received     // inbound QoS 2 identifiers, across reconnects
 
-	mu         sync.Mutex
-	state      string
-	lastErr    string
-	since      time.Time
-	info       mqttclient.Info
-	open       bool // the in-routes are subscribed
-	held       []*mqttclient.Incoming
-	reconnects uint64
-	sent       uint64
-	acked      uint64
-	inbound    uint64
-	heldDrops  uint64
-	window     int
-	peak       int // the most QoS 1/2 messages seen in flight at once
+	// loop belongs to the run goroutine, and to New before it starts.
+	loop struct {
+		tracked bool // storage records this bridge's QoS 2 flights
+		// A failed QoS 2 record (a full or failing disk) holds the
+		// sender back until recordHold, and is logged at most once per
+		// recordWarnEvery.
+		recordHold, recordWarned time.Time
+	}
 
-	flights *flightTable // the outbox entries in flight upstream; locks itself
-	tracked bool         // storage records this bridge's QoS 2 flights
-	// A failed QoS 2 record (a full or failing disk) holds the sender
-	// back until recordHold, and is logged at most once per recordWarnEvery;
-	// both belong to the run goroutine.
-	recordHold, recordWarned time.Time
-	received                 mqttclient.Received // inbound QoS 2 identifiers, across reconnects
-	resumed                  uint64              // messages resent under their identifiers after a reconnect
-	client                   *mqttclient.Client  // the current link, nil while down
-	stale                    []string            // in-route filters to unsubscribe on the next link
-	// relinks counts the reloads that replace the link: one that lands
-	// while run dials finds no client to close, and run, seeing the
-	// count moved, closes the link it dialled with the old settings.
-	relinks uint64
+	// in is the inbound side. Its mu orders delivery: the reader's
+	// messages and the backlog handed over when the in-routes open go one
+	// at a time, so none is held after the hand-over and none overtakes
+	// the backlog.
+	in struct {
+		mu   sync.Mutex
+		open bool                   // the in-routes are subscribed
+		held []*mqttclient.Incoming // what came while they were not, up to maxHeld
+	}
+
+	// shared is the link's state and the counters, which the run
+	// goroutine, the client's callbacks, Reconfigure and Stats share; its
+	// mu guards every field. It is taken after in.mu, never before.
+	shared struct {
+		mu      sync.Mutex
+		state   string
+		lastErr string
+		since   time.Time
+		info    mqttclient.Info
+		window  int
+		client  *mqttclient.Client // the current link, nil while down
+		stale   []string           // in-route filters to unsubscribe on the next link
+		// relinks counts the reloads that replace the link: one that
+		// lands while run dials finds no client to close, and run,
+		// seeing the count moved, closes the link it dialled with the
+		// old settings.
+		relinks uint64
+
+		reconnects uint64
+		sent       uint64
+		acked      uint64
+		inbound    uint64
+		heldDrops  uint64
+		peak       int    // the most QoS 1/2 messages seen in flight at once
+		resumed    uint64 // messages resent under their identifiers after a reconnect
+	}
 }
 
 // routing is a bridge's configuration as compiled: swapped whole, so that
@@ -174,14 +190,14 @@ func (b *Bridge) Stats() Stats {
 	if t := b.ob.oldest(); !t.IsZero() {
 		st.OldestAge = time.Since(t)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	st.Name, st.State, st.Since, st.LastError = b.name, b.state, b.since, b.lastErr
-	st.Protocol = b.info.Version
-	st.Sent, st.Acked, st.Inbound, st.Reconnects = b.sent, b.acked, b.inbound, b.reconnects
-	st.Window, st.PeakInflight, st.Resumed = b.window, b.peak, b.resumed
-	if b.heldDrops > 0 {
-		st.Dropped["unclaimed"] = b.heldDrops
+	b.shared.mu.Lock()
+	defer b.shared.mu.Unlock()
+	st.Name, st.State, st.Since, st.LastError = b.name, b.shared.state, b.shared.since, b.shared.lastErr
+	st.Protocol = b.shared.info.Version
+	st.Sent, st.Acked, st.Inbound, st.Reconnects = b.shared.sent, b.shared.acked, b.shared.inbound, b.shared.reconnects
+	st.Window, st.PeakInflight, st.Resumed = b.shared.window, b.shared.peak, b.shared.resumed
+	if b.shared.heldDrops > 0 {
+		st.Dropped["unclaimed"] = b.shared.heldDrops
 	}
 	return st
 }

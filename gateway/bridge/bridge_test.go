@@ -540,8 +540,8 @@ func TestUnclaimedMessagesWait(t *testing.T) {
 	if len(rec.topics) != 0 {
 		t.Fatalf("%d delivered before the routes opened", len(rec.topics))
 	}
-	if len(b.held) != maxHeld || b.held[0].Topic != "cmd/10" {
-		t.Errorf("%d held, first %s; want %d, the oldest 10 dropped", len(b.held), b.held[0].Topic, maxHeld)
+	if len(b.in.held) != maxHeld || b.in.held[0].Topic != "cmd/10" {
+		t.Errorf("%d held, first %s; want %d, the oldest 10 dropped", len(b.in.held), b.in.held[0].Topic, maxHeld)
 	}
 	b.openRoutes(context.Background())
 	if len(rec.topics) != maxHeld || rec.topics[0] != "local/10" {
@@ -560,9 +560,9 @@ func TestMessagesWhileRoutesOpen(t *testing.T) {
 	ctx := context.Background()
 	for round := range 3000 {
 		rec.topics = rec.topics[:0]
-		b.mu.Lock()
-		b.open = false
-		b.mu.Unlock()
+		b.in.mu.Lock()
+		b.in.open = false
+		b.in.mu.Unlock()
 		b.onMessage(&mqttclient.Incoming{Topic: "cmd/backlog", Payload: []byte("x"), QoS: 1})
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -576,9 +576,9 @@ func TestMessagesWhileRoutesOpen(t *testing.T) {
 		got := slices.Clone(rec.topics)
 		rec.mu.Unlock()
 		if !slices.Equal(got, []string{"local/backlog", "local/live"}) {
-			b.mu.Lock()
-			held := len(b.held)
-			b.mu.Unlock()
+			b.in.mu.Lock()
+			held := len(b.in.held)
+			b.in.mu.Unlock()
 			t.Fatalf("round %d: delivered %v with %d still held; want the backlog, then the live message", round, got, held)
 		}
 	}

@@ -23,7 +23,7 @@ func (b *Bridge) loadFlights() error {
 	if err != nil {
 		return err
 	}
-	b.tracked = set.Tracked
+	b.loop.tracked = set.Tracked
 	if set.Bad > 0 {
 		b.log.Warn("QoS 2 flight records do not decode; their messages go again as new", "records", set.Bad)
 	}
@@ -170,9 +170,9 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 			b.flights.restore(rest)
 			return false
 		}
-		b.mu.Lock()
-		b.resumed++
-		b.mu.Unlock()
+		b.shared.mu.Lock()
+		b.shared.resumed++
+		b.shared.mu.Unlock()
 	}
 	return true
 }
@@ -242,9 +242,9 @@ const recordWarnEvery = 30 * time.Second
 // failed, and says so, at most once per recordWarnEvery.
 func (b *Bridge) recordFailed(msg string, err error) {
 	now := time.Now()
-	b.recordHold = now.Add(time.Second)
-	if now.Sub(b.recordWarned) >= recordWarnEvery {
-		b.recordWarned = now
+	b.loop.recordHold = now.Add(time.Second)
+	if now.Sub(b.loop.recordWarned) >= recordWarnEvery {
+		b.loop.recordWarned = now
 		b.log.Warn(msg, "err", err)
 	}
 }
@@ -298,9 +298,9 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
 		}
 		b.flights.untrack(seq)
-		b.mu.Lock()
-		b.acked++
-		b.mu.Unlock()
+		b.shared.mu.Lock()
+		b.shared.acked++
+		b.shared.mu.Unlock()
 		b.ob.acked(seq, topic, why)
 		b.ob.signal()
 	}
@@ -317,9 +317,9 @@ func (b *Bridge) send1(c *mqttclient.Client, e *storage.OutboxEntry, pid uint16,
 	switch {
 	case err == nil:
 		b.flights.setPID(f, got)
-		b.mu.Lock()
-		b.sent++
-		b.mu.Unlock()
+		b.shared.mu.Lock()
+		b.shared.sent++
+		b.shared.mu.Unlock()
 		return nil
 	case errors.Is(err, mqttclient.ErrTooLarge):
 		// The server will never take it: retrying would stop the route.

@@ -15,11 +15,9 @@ const maxHeld = 1024
 // openRoutes marks the in-routes open and hands them the messages held
 // while they were not.
 func (b *Bridge) openRoutes(ctx context.Context) {
-	b.inMu.Lock()
-	defer b.inMu.Unlock()
-	b.mu.Lock()
-	b.open = true
-	b.mu.Unlock()
+	b.in.mu.Lock()
+	defer b.in.mu.Unlock()
+	b.in.open = true
 	b.deliverHeld(ctx)
 }
 
@@ -28,23 +26,21 @@ func (b *Bridge) openRoutes(ctx context.Context) {
 // for it any more. The routes claim them as they would have on the next
 // link.
 func (b *Bridge) flushHeld() {
-	b.inMu.Lock()
-	defer b.inMu.Unlock()
+	b.in.mu.Lock()
+	defer b.in.mu.Unlock()
 	b.deliverHeld(context.Background())
 }
 
 // deliverHeld hands the held messages to the in-routes; the caller holds
-// inMu.
+// in.mu.
 func (b *Bridge) deliverHeld(ctx context.Context) {
-	b.mu.Lock()
-	held := b.held
-	b.held = nil
-	b.mu.Unlock()
+	held := b.in.held
+	b.in.held = nil
 	for _, m := range held {
 		if !b.deliver(ctx, m) {
-			b.mu.Lock()
-			b.heldDrops++
-			b.mu.Unlock()
+			b.shared.mu.Lock()
+			b.shared.heldDrops++
+			b.shared.mu.Unlock()
 			b.log.Warn("dropping an upstream message no in-route claims", "topic", m.Topic)
 		}
 	}
@@ -54,34 +50,31 @@ func (b *Bridge) deliverHeld(ctx context.Context) {
 // goroutine: its acknowledgement waits until the local publish is done.
 func (b *Bridge) onMessage(m *mqttclient.Incoming) {
 	ctx := context.Background()
-	b.inMu.Lock()
-	defer b.inMu.Unlock()
-	b.mu.Lock()
-	open := b.open
-	b.mu.Unlock()
-	if open && b.deliver(ctx, m) {
+	b.in.mu.Lock()
+	defer b.in.mu.Unlock()
+	if b.in.open && b.deliver(ctx, m) {
 		return
 	}
 	// A resumed session's backlog can arrive before the subscriptions it
 	// belongs to are open again: hold it, within bounds.
 	cp := *m
 	cp.Payload = bytes.Clone(m.Payload)
-	b.mu.Lock()
-	if len(b.held) >= maxHeld {
-		b.held = b.held[1:]
-		b.heldDrops++
+	if len(b.in.held) >= maxHeld {
+		b.in.held = b.in.held[1:]
+		b.shared.mu.Lock()
+		b.shared.heldDrops++
+		b.shared.mu.Unlock()
 		b.log.Warn("too many upstream messages wait for an in-route; the oldest is dropped", "limit", maxHeld)
 	}
-	b.held = append(b.held, &cp)
-	b.mu.Unlock()
+	b.in.held = append(b.in.held, &cp)
 }
 
 // deliver publishes m locally on every in-route that claims it: by its
 // subscription identifiers when it has any, else by filter.
 func (b *Bridge) deliver(ctx context.Context, m *mqttclient.Incoming) bool {
-	b.mu.Lock()
-	subIDs := b.info.SubIDsAvailable
-	b.mu.Unlock()
+	b.shared.mu.Lock()
+	subIDs := b.shared.info.SubIDsAvailable
+	b.shared.mu.Unlock()
 	claimed := false
 	rt := b.rt.Load()
 	for i := range rt.ins {
@@ -104,9 +97,9 @@ func (b *Bridge) deliver(ctx context.Context, m *mqttclient.Incoming) bool {
 		if err := b.local.Publish(ctx, local, bytes.Clone(m.Payload), qos, m.Retain); err != nil {
 			b.log.Warn("publishing an upstream message locally failed", "topic", local, "err", err)
 		}
-		b.mu.Lock()
-		b.inbound++
-		b.mu.Unlock()
+		b.shared.mu.Lock()
+		b.shared.inbound++
+		b.shared.mu.Unlock()
 	}
 	return claimed
 }

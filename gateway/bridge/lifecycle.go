@@ -37,8 +37,8 @@ func New(cfg config.Bridge, opts Options) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: outbox: %w", cfg.Name, err)
 	}
-	b := &Bridge{name: cfg.Name, opts: opts, log: opts.Log.With("bridge", cfg.Name), ob: ob, state: StateStopped,
-		flights: newFlightTable()}
+	b := &Bridge{name: cfg.Name, opts: opts, log: opts.Log.With("bridge", cfg.Name), ob: ob, flights: newFlightTable()}
+	b.shared.state = StateStopped
 	rt, err := b.compile(cfg, outs, ins)
 	if err != nil {
 		return nil, err
@@ -114,15 +114,15 @@ func (b *Bridge) Reconfigure(cfg config.Bridge) error {
 		}
 	}
 	replace := relink || len(stale) > 0 || len(old.ins) != len(ins)
-	b.mu.Lock()
+	b.shared.mu.Lock()
 	b.rt.Store(rt)
 	var c *mqttclient.Client
 	if replace {
-		b.relinks++
-		b.stale = append(b.stale, stale...)
-		c = b.client
+		b.shared.relinks++
+		b.shared.stale = append(b.shared.stale, stale...)
+		c = b.shared.client
 	}
-	b.mu.Unlock()
+	b.shared.mu.Unlock()
 	if c != nil {
 		b.log.Info("bridge reconfigured; replacing the link")
 		_ = c.Close()
@@ -230,9 +230,9 @@ func (b *Bridge) Stop() {
 func (b *Bridge) Drain(ctx context.Context, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		b.mu.Lock()
-		up := b.state == StateConnected
-		b.mu.Unlock()
+		b.shared.mu.Lock()
+		up := b.shared.state == StateConnected
+		b.shared.mu.Unlock()
 		b.ob.mu.Lock()
 		empty := b.ob.count == 0 && len(b.ob.memory) == 0
 		b.ob.mu.Unlock()

@@ -11,16 +11,16 @@ import (
 )
 
 func (b *Bridge) setState(state string, err error) {
-	b.mu.Lock()
-	changed := b.state != state
-	b.state = state
+	b.shared.mu.Lock()
+	changed := b.shared.state != state
+	b.shared.state = state
 	if changed {
-		b.since = time.Now()
+		b.shared.since = time.Now()
 	}
 	if err != nil {
-		b.lastErr = err.Error()
+		b.shared.lastErr = err.Error()
 	}
-	b.mu.Unlock()
+	b.shared.mu.Unlock()
 	if !changed {
 		return
 	}
@@ -46,15 +46,15 @@ func (b *Bridge) run(ctx context.Context) {
 	first := true
 	defer b.flushHeld()
 	for ctx.Err() == nil {
-		b.mu.Lock()
+		b.shared.mu.Lock()
 		rt := b.rt.Load()
-		relinks := b.relinks
-		down := b.state == StateDown
-		b.mu.Unlock()
+		relinks := b.shared.relinks
+		down := b.shared.state == StateDown
+		b.shared.mu.Unlock()
 		backoff := Backoff{Min: rt.cfg.ReconnectMin, Max: rt.cfg.ReconnectMax}
 		opts := rt.copts
 		for _, r := range rt.outs {
-			if r.QoS == 2 && first && !b.tracked {
+			if r.QoS == 2 && first && !b.loop.tracked {
 				opts.CleanStart = true
 			}
 		}
@@ -78,39 +78,41 @@ func (b *Bridge) run(ctx context.Context) {
 		}
 		attempt = 0
 		first = false
-		if db := b.opts.Store; db != nil && !b.tracked {
+		if db := b.opts.Store; db != nil && !b.loop.tracked {
 			var batch storage.Batch
 			batch.OutboxFlightsOpen(b.name)
 			if err := db.CommitWait(&batch); err != nil {
 				b.log.Warn("recording QoS 2 flights failed; the next start begins a clean session", "err", err)
 			} else {
-				b.tracked = true
+				b.loop.tracked = true
 			}
 		}
-		b.mu.Lock()
-		if b.relinks != relinks {
+		b.shared.mu.Lock()
+		if b.shared.relinks != relinks {
 			// A reload came during the dial: this link has the old
 			// settings, and the reload found nothing to close.
-			b.mu.Unlock()
+			b.shared.mu.Unlock()
 			_ = c.Close()
 			b.log.Info("bridge reconfigured while connecting; connecting again")
 			continue
 		}
-		b.client = c
-		b.info = c.Info()
-		b.window = c.Window()
-		b.reconnects++
-		b.mu.Unlock()
+		b.shared.client = c
+		b.shared.info = c.Info()
+		b.shared.window = c.Window()
+		b.shared.reconnects++
+		b.shared.mu.Unlock()
 		b.setState(StateConnected, nil)
 		b.connected(ctx, c)
 		// The link has ended unless ctx is done: it is closed before the
 		// in-routes are marked shut, so that no message the reader hands
 		// over meanwhile is held while its acknowledgement goes upstream.
 		_ = c.Close()
-		b.mu.Lock()
-		b.open = false
-		b.client = nil
-		b.mu.Unlock()
+		b.in.mu.Lock()
+		b.in.open = false
+		b.in.mu.Unlock()
+		b.shared.mu.Lock()
+		b.shared.client = nil
+		b.shared.mu.Unlock()
 		err = c.Err()
 		if ctx.Err() != nil {
 			return
@@ -155,17 +157,17 @@ func (b *Bridge) connected(ctx context.Context, c *mqttclient.Client) {
 // subscription identifiers, then hands held messages to them.
 func (b *Bridge) subscribe(ctx context.Context, c *mqttclient.Client) error {
 	rt := b.rt.Load()
-	b.mu.Lock()
-	stale := b.stale
-	b.stale = nil
-	b.mu.Unlock()
+	b.shared.mu.Lock()
+	stale := b.shared.stale
+	b.shared.stale = nil
+	b.shared.mu.Unlock()
 	if len(stale) > 0 {
 		// In-routes removed by a reload: the upstream session still holds
 		// their subscriptions.
 		if err := c.Unsubscribe(ctx, stale); err != nil {
-			b.mu.Lock()
-			b.stale = append(b.stale, stale...)
-			b.mu.Unlock()
+			b.shared.mu.Lock()
+			b.shared.stale = append(b.shared.stale, stale...)
+			b.shared.mu.Unlock()
 			return err
 		}
 	}
@@ -225,7 +227,7 @@ func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
 			_, _ = c.Publish(&mqttclient.Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
 		}
 		// A record failed lately: nothing QoS 2 may go without one.
-		held := time.Now().Before(b.recordHold)
+		held := time.Now().Before(b.loop.recordHold)
 		if !held {
 			b.release(c)
 		}
@@ -249,9 +251,9 @@ func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
 					break
 				}
 				if in := c.Inflight(); in > 0 {
-					b.mu.Lock()
-					b.peak = max(b.peak, in)
-					b.mu.Unlock()
+					b.shared.mu.Lock()
+					b.shared.peak = max(b.shared.peak, in)
+					b.shared.mu.Unlock()
 				}
 			}
 		}
