@@ -49,7 +49,7 @@ type Bridge struct {
 
 	// Safe for concurrent use on their own.
 	ob       *outbox                 // the out-routes' durable queue
-	rt       atomic.Pointer[routing] // replaced whole by Reconfigure
+	rt       atomic.Pointer[routing] // replaced whole by Reconfigure, under shared.mu with relinks
 	flights  *flightTable            // the outbox entries in flight upstream
 	received mqttclient.Received     // inbound QoS 2 identifiers, across reconnects
 
