@@ -21,6 +21,7 @@ import (
 	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -820,7 +821,7 @@ func TestStopDeliversHeldMessages(t *testing.T) {
 		defer nc.Close()
 		_ = nc.SetDeadline(time.Now().Add(upWait))
 		r := bufio.NewReader(nc)
-		if kind, _, err := upstreamtest.ReadPacket(r); err != nil || kind != 1 {
+		if fh, _, err := mqttwire.ReadPacket(r, 0, nil); err != nil || fh.Type != 1 {
 			return
 		}
 		stream := []byte{0x20, 2, 1, 0} // CONNACK, session present
@@ -832,14 +833,14 @@ func TestStopDeliversHeldMessages(t *testing.T) {
 			return
 		}
 		for {
-			kind, body, err := upstreamtest.ReadPacket(r)
-			if err != nil || kind == 14 {
+			fh, body, err := mqttwire.ReadPacket(r, 0, nil)
+			if err != nil || fh.Type == 14 {
 				return
 			}
 			switch {
-			case kind == 4 && len(body) >= 2:
+			case fh.Type == 4 && len(body) >= 2:
 				acked <- uint16(body[0])<<8 | uint16(body[1])
-			case kind == 12:
+			case fh.Type == 12:
 				_, _ = nc.Write([]byte{0xD0, 0})
 			}
 		}

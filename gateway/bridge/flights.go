@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
 	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
 	"github.com/fieldgate/fieldgate/storage"
 )
@@ -151,7 +153,7 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 			b.flights.track(f)
 			done := b.done(seq, e.Msg.Topic)
 			err = c.Release(f.pid, func(err error, reason byte) {
-				if reason == rcPacketIDNotFound {
+				if reason == packets.ErrPacketIdentifierNotFound.Code {
 					// The server completed it before: the PUBCOMP that
 					// said so was lost, or its outbox delete was.
 					reason = 0
@@ -176,10 +178,6 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 	}
 	return true
 }
-
-// rcPacketIDNotFound is the reason code of a PUBCOMP for a PUBREL whose
-// packet identifier the server no longer holds.
-const rcPacketIDNotFound = 0x92
 
 // prepare takes packet identifiers for the entries that go out at QoS 2
 // and records them, durably, before any of them is sent. It returns the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -216,7 +217,7 @@ func (c *Client) Publish(m *Outgoing, done func(err error, reason byte)) (pid ui
 	if qos > 0 {
 		pk.PacketID = 0xFFFF // a placeholder of the right size, set below
 	}
-	b := encode(&pk, (*packets.Packet).PublishEncode)
+	b := encode(&pk)
 	if limit := c.info.MaxPacketSize; limit > 0 && len(b) > limit {
 		return 0, fmt.Errorf("%w: PUBLISH to %q is %d bytes, %s accepts at most %d", ErrTooLarge, m.Topic, len(b), c.o.Address, limit)
 	}
@@ -301,7 +302,7 @@ func (c *Client) Release(pid uint16, done func(err error, reason byte)) error {
 	f := &flight{qos: 2, rel: true, done: done, wait: &ackWait{kind: packets.Pubcomp, pid: pid}}
 	c.flights[pid] = f
 	c.mu.Unlock()
-	_, err := c.sendFlight(pid, f, ackPacket(packets.Pubrel, pid, 0, c.v5))
+	_, err := c.sendFlight(pid, f, mqttwire.Ack(packets.Pubrel, pid, 0, c.v5, ""))
 	return err
 }
 
@@ -323,7 +324,7 @@ func (c *Client) ReleaseHeld(pid uint16) error {
 	f.held = false
 	f.wait = &ackWait{kind: packets.Pubcomp, pid: pid}
 	c.mu.Unlock()
-	if !c.q.push(outPacket{b: ackPacket(packets.Pubrel, pid, 0, c.v5), wait: f.wait}, false) {
+	if !c.q.push(outPacket{b: mqttwire.Ack(packets.Pubrel, pid, 0, c.v5, ""), wait: f.wait}, false) {
 		return c.endErr()
 	}
 	return nil
@@ -380,7 +381,7 @@ func (c *Client) Subscribe(ctx context.Context, subs []Subscription) (reasons []
 				RetainAsPublished: s.RetainAsPublished, RetainHandling: s.RetainHandling,
 			})
 		}
-		return encode(&pk, (*packets.Packet).SubscribeEncode)
+		return encode(&pk)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bridge: subscribe: %w", err)
@@ -423,7 +424,7 @@ func (c *Client) Unsubscribe(ctx context.Context, filters []string) error {
 		for _, f := range filters {
 			pk.Filters = append(pk.Filters, packets.Subscription{Filter: f})
 		}
-		return encode(&pk, (*packets.Packet).UnsubscribeEncode)
+		return encode(&pk)
 	})
 	if err != nil {
 		return fmt.Errorf("bridge: unsubscribe: %w", err)
@@ -440,7 +441,7 @@ func (c *Client) Unsubscribe(ctx context.Context, filters []string) error {
 	var errs []error
 	for i, code := range r.reasons {
 		if code >= 0x80 && i < len(filters) {
-			errs = append(errs, fmt.Errorf("filter %q: %s (0x%02X)", filters[i], reasonName(code), code))
+			errs = append(errs, fmt.Errorf("filter %q: %s (0x%02X)", filters[i], mqttwire.ReasonName(code), code))
 		}
 	}
 	if len(errs) > 0 {

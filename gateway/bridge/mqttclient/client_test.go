@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
 	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 )
 
 // The upstream client against a real broker (Mosquitto, from
@@ -185,7 +188,7 @@ func startFake311(t *testing.T, mode string) *fake311 {
 func (f *fake311) serve(nc net.Conn, mode string) {
 	_ = nc.SetDeadline(time.Now().Add(upstreamtest.Wait))
 	r := bufio.NewReader(nc)
-	fh, body, err := readPacket(r, 0)
+	fh, body, err := mqttwire.ReadPacket(r, 0, nil)
 	if err != nil || fh.Type != 1 || len(body) < 7 {
 		return
 	}
@@ -205,7 +208,7 @@ func (f *fake311) serve(nc net.Conn, mode string) {
 	}
 	_, _ = nc.Write([]byte{0x20, 2, 0, 0})
 	for { // answer PINGREQ until the client goes
-		fh, _, err := readPacket(r, 0)
+		fh, _, err := mqttwire.ReadPacket(r, 0, nil)
 		if err != nil || fh.Type == 14 {
 			return
 		}
@@ -947,7 +950,7 @@ func TestClientServerDisconnect(t *testing.T) {
 	c.q.push(outPacket{b: []byte{0x34, 6, 0, 1, 'a', 0, 1, 0}}, false) // QoS 2, packet id 1, no properties
 	waitDone(t, c, upstreamtest.Wait)
 	var de *DisconnectError
-	if !errors.As(c.Err(), &de) || de.Code != 0x9B || !strings.Contains(c.Err().Error(), "QoS not supported") {
+	if !errors.As(c.Err(), &de) || de.Code != 0x9B || !strings.Contains(c.Err().Error(), packets.ErrQosNotSupported.Reason) {
 		t.Fatalf("Err %v, want the server's DISCONNECT naming 0x9B, QoS not supported", c.Err())
 	}
 	t.Logf("%v", c.Err())

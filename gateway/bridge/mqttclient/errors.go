@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 )
 
 var (
@@ -62,7 +66,7 @@ type DisconnectError struct {
 
 // Error names the reason code and what it means.
 func (e *DisconnectError) Error() string {
-	s := fmt.Sprintf("server disconnected: %s (0x%02X)", reasonName(e.Code), e.Code)
+	s := fmt.Sprintf("server disconnected: %s (0x%02X)", mqttwire.ReasonName(e.Code), e.Code)
 	if e.Reason != "" {
 		s += ": " + e.Reason
 	}
@@ -81,88 +85,22 @@ func (c *Client) lostErr(err error) error {
 	return fmt.Errorf("bridge: connection to %s lost: %w", c.desc, err)
 }
 
-// protocolError is a server packet that breaks the protocol; on MQTT 5 the
-// client says so with a DISCONNECT of that code before closing.
-type protocolError struct {
-	code byte
-	msg  string
-}
-
-func (e *protocolError) Error() string {
-	return fmt.Sprintf("protocol error from the server: %s (reason 0x%02X)", e.msg, e.code)
-}
-
-func protoErr(code byte, format string, args ...any) error {
-	return &protocolError{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
 // connackMeaning says what a CONNACK code means in its version.
 func connackMeaning(version, code byte) string {
 	if version == 4 {
 		switch code {
-		case 1:
+		case packets.Err3UnsupportedProtocolVersion.Code:
 			return "unacceptable protocol version"
-		case 2:
+		case packets.Err3ClientIdentifierNotValid.Code:
 			return "client identifier rejected"
-		case 3:
+		case packets.Err3ServerUnavailable.Code:
 			return "server unavailable"
-		case 4:
+		case packets.ErrMalformedUsernameOrPassword.Code:
 			return "bad user name or password"
-		case 5:
+		case packets.Err3NotAuthorized.Code:
 			return "not authorized"
 		}
 		return "unknown return code"
 	}
-	return reasonName(code)
-}
-
-// reasonNames are the MQTT 5 reason codes a CONNACK, DISCONNECT, PUBACK,
-// PUBREC or UNSUBACK carries (§2.4).
-var reasonNames = map[byte]string{
-	0x00: "success",
-	0x04: "disconnect with will message",
-	0x10: "no matching subscribers",
-	0x11: "no subscription existed",
-	0x80: "unspecified error",
-	0x81: "malformed packet",
-	0x82: "protocol error",
-	0x83: "implementation specific error",
-	0x84: "unsupported protocol version",
-	0x85: "client identifier not valid",
-	0x86: "bad user name or password",
-	0x87: "not authorized",
-	0x88: "server unavailable",
-	0x89: "server busy",
-	0x8A: "banned",
-	0x8B: "server shutting down",
-	0x8C: "bad authentication method",
-	0x8D: "keep alive timeout",
-	0x8E: "session taken over",
-	0x8F: "topic filter invalid",
-	0x90: "topic name invalid",
-	0x91: "packet identifier in use",
-	0x92: "packet identifier not found",
-	0x93: "receive maximum exceeded",
-	0x94: "topic alias invalid",
-	0x95: "packet too large",
-	0x96: "message rate too high",
-	0x97: "quota exceeded",
-	0x98: "administrative action",
-	0x99: "payload format invalid",
-	0x9A: "retain not supported",
-	0x9B: "QoS not supported",
-	0x9C: "use another server",
-	0x9D: "server moved",
-	0x9E: "shared subscriptions not supported",
-	0x9F: "connection rate exceeded",
-	0xA0: "maximum connect time",
-	0xA1: "subscription identifiers not supported",
-	0xA2: "wildcard subscriptions not supported",
-}
-
-func reasonName(code byte) string {
-	if s, ok := reasonNames[code]; ok {
-		return s
-	}
-	return "unknown reason code"
+	return mqttwire.ReasonName(code)
 }

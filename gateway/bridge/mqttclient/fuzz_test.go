@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -194,7 +195,7 @@ func fuzzServe(ln net.Listener, stream []byte, ready <-chan struct{}) {
 	defer nc.Close()
 	_ = nc.SetDeadline(time.Now().Add(fuzzWait))
 	br := bufio.NewReader(nc)
-	if _, _, err := readPacket(br, 0); err != nil {
+	if _, _, err := mqttwire.ReadPacket(br, 0, nil); err != nil {
 		return
 	}
 	first, whole := fuzzFirstPacket(stream)
@@ -210,7 +211,7 @@ func fuzzServe(ln net.Listener, stream []byte, ready <-chan struct{}) {
 		}
 		_ = nc.SetReadDeadline(time.Now().Add(fuzzServerWait))
 		for range 3 {
-			if _, _, err := readPacket(br, 0); err != nil {
+			if _, _, err := mqttwire.ReadPacket(br, 0, nil); err != nil {
 				break
 			}
 		}
@@ -224,15 +225,9 @@ func fuzzServe(ln net.Listener, stream []byte, ready <-chan struct{}) {
 // fuzzFirstPacket returns the length of stream's first packet, and
 // whether it is whole; when it is not, all of stream.
 func fuzzFirstPacket(stream []byte) (n int, whole bool) {
-	mult := 1
-	for i := 1; i < len(stream) && i <= 4; i++ {
-		n += int(stream[i]&0x7F) * mult
-		mult *= 128
-		if stream[i]&0x80 == 0 {
-			if i+1+n <= len(stream) {
-				return i + 1 + n, true
-			}
-			break
+	if len(stream) > 1 {
+		if rem, size, ok := mqttwire.Varint(stream[1:]); ok && 1+size+rem <= len(stream) {
+			return 1 + size + rem, true
 		}
 	}
 	return len(stream), false

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 )
 
 // Dial connects to the server, sends CONNECT and waits for CONNACK. A
@@ -105,15 +107,15 @@ func dialVersion(ctx context.Context, o Options, v byte) (c *Client, fallback bo
 	_ = nc.SetDeadline(time.Time{})
 
 	if fh.Type != packets.Connack {
-		return nil, false, fmt.Errorf("server sent %s before CONNACK", strings.ToUpper(packetName(fh.Type)))
+		return nil, false, fmt.Errorf("server sent %s before CONNACK", strings.ToUpper(mqttwire.PacketName(fh.Type)))
 	}
-	if v == 5 && len(body) >= 2 && body[1] == 0x01 {
+	if v == 5 && len(body) >= 2 && body[1] == packets.Err3UnsupportedProtocolVersion.Code {
 		// A 3.1.1 server's return code 1, "unacceptable protocol
 		// version"; no MQTT 5 CONNACK uses 0x01 (§3.2.2.2).
-		return nil, true, &RefusedError{Version: 4, Code: 1}
+		return nil, true, &RefusedError{Version: 4, Code: packets.Err3UnsupportedProtocolVersion.Code}
 	}
 	pk := packets.Packet{FixedHeader: fh, ProtocolVersion: v}
-	if err := decode(&pk, body, (*packets.Packet).ConnackDecode); err != nil {
+	if err := mqttwire.Decode(&pk, body); err != nil {
 		return nil, false, err
 	}
 	if pk.ReasonCode != 0 {
@@ -121,7 +123,7 @@ func dialVersion(ctx context.Context, o Options, v byte) (c *Client, fallback bo
 			return nil, false, fmt.Errorf("CONNACK with reason 0x%02X, which is not a CONNACK code", pk.ReasonCode)
 		}
 		re := &RefusedError{Version: v, Code: pk.ReasonCode, Reason: pk.Properties.ReasonString, ServerReference: pk.Properties.ServerReference}
-		return nil, v == 5 && pk.ReasonCode == 0x84, re
+		return nil, v == 5 && pk.ReasonCode == packets.ErrUnsupportedProtocolVersion.Code, re
 	}
 	return newClient(o, nc, br, v, &pk), false, nil
 }
@@ -133,7 +135,7 @@ func connectOnce(nc net.Conn, br *bufio.Reader, o Options, v byte) (packets.Fixe
 	if _, err := nc.Write(connectPacket(o, v)); err != nil {
 		return packets.FixedHeader{}, nil, fmt.Errorf("write CONNECT: %w", err)
 	}
-	fh, body, err := readPacket(br, 0)
+	fh, body, err := mqttwire.ReadPacket(br, 0, nil)
 	if err != nil {
 		return fh, nil, &connackError{err}
 	}
@@ -190,7 +192,7 @@ func connectPacket(o Options, v byte) []byte {
 		pk.Connect.WillQos = w.QoS
 		pk.Connect.WillRetain = w.Retain
 	}
-	return encode(&pk, (*packets.Packet).ConnectEncode)
+	return encode(&pk)
 }
 
 func newClient(o Options, nc net.Conn, br *bufio.Reader, v byte, ack *packets.Packet) *Client {

@@ -10,15 +10,19 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
 // readLoop is the reader goroutine, and it ends the connection.
 func (c *Client) readLoop() {
 	err := c.readPackets()
-	var pe *protocolError
+	var pe *mqttwire.Error
 	var de *DisconnectError
-	if errors.As(err, &pe) || errors.As(err, &de) {
+	switch {
+	case errors.As(err, &pe):
+		err = fmt.Errorf("bridge: %s: protocol error from the server: %w", c.desc, err)
+	case errors.As(err, &de):
 		err = fmt.Errorf("bridge: %s: %w", c.desc, err)
 	}
 	if pe != nil && c.v5 {
@@ -27,8 +31,8 @@ func (c *Client) readLoop() {
 		d := encode(&packets.Packet{
 			FixedHeader:     packets.FixedHeader{Type: packets.Disconnect},
 			ProtocolVersion: 5,
-			ReasonCode:      pe.code,
-		}, (*packets.Packet).DisconnectEncode)
+			ReasonCode:      pe.Code,
+		})
 		c.mu.Lock()
 		c.err = err // kept by the writer's fail(nil), which comes first
 		c.mu.Unlock()
@@ -76,14 +80,14 @@ func (c *Client) teardown() {
 // readPackets reads and handles packets until the connection fails.
 func (c *Client) readPackets() error {
 	for {
-		fh, body, err := readPacket(c.br, 0)
+		fh, body, err := mqttwire.ReadPacket(c.br, 0, nil)
 		if err != nil {
 			select {
 			case <-c.stop:
 				return nil // ended on purpose; the cause is already set
 			default:
 			}
-			var pe *protocolError
+			var pe *mqttwire.Error
 			if errors.As(err, &pe) {
 				return err
 			}
@@ -100,32 +104,28 @@ func (c *Client) handle(fh packets.FixedHeader, body []byte) error {
 	pk := packets.Packet{FixedHeader: fh, ProtocolVersion: c.info.Version}
 	switch fh.Type {
 	case packets.Publish:
-		if err := decode(&pk, body, (*packets.Packet).PublishDecode); err != nil {
+		if err := mqttwire.Decode(&pk, body); err != nil {
 			return err
 		}
 		return c.onPublish(&pk)
 	case packets.Puback, packets.Pubrec, packets.Pubcomp:
-		if err := decode(&pk, body, (*packets.Packet).PubackDecode); err != nil {
+		if err := mqttwire.Decode(&pk, body); err != nil {
 			return err
 		}
 		c.onPubAck(fh.Type, pk.PacketID, pk.ReasonCode)
 		return nil
 	case packets.Pubrel:
-		if err := decode(&pk, body, (*packets.Packet).PubrelDecode); err != nil {
+		if err := mqttwire.Decode(&pk, body); err != nil {
 			return err
 		}
 		code := byte(0)
 		if !c.received.release(pk.PacketID) {
-			code = 0x92 // packet identifier not found
+			code = packets.ErrPacketIdentifierNotFound.Code
 		}
-		c.q.push(outPacket{b: ackPacket(packets.Pubcomp, pk.PacketID, code, c.v5)}, false) // [MQTT-4.3.3-11]
+		c.q.push(outPacket{b: mqttwire.Ack(packets.Pubcomp, pk.PacketID, code, c.v5, "")}, false) // [MQTT-4.3.3-11]
 		return nil
 	case packets.Suback, packets.Unsuback:
-		fn := (*packets.Packet).SubackDecode
-		if fh.Type == packets.Unsuback {
-			fn = (*packets.Packet).UnsubackDecode
-		}
-		if err := decode(&pk, body, fn); err != nil {
+		if err := mqttwire.Decode(&pk, body); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -149,21 +149,21 @@ func (c *Client) handle(fh packets.FixedHeader, body []byte) error {
 		return nil
 	case packets.Disconnect:
 		if !c.v5 {
-			return protoErr(0x82, "DISCONNECT from a 3.1.1 server")
+			return mqttwire.Errorf(packets.ErrProtocolViolation.Code, "DISCONNECT from a 3.1.1 server")
 		}
 		de := &DisconnectError{}
 		if len(body) > 0 {
 			de.Code = body[0]
 		}
 		if len(body) > 1 {
-			if err := decode(&pk, body, (*packets.Packet).DisconnectDecode); err != nil {
+			if err := mqttwire.Decode(&pk, body); err != nil {
 				return err
 			}
 			de.Reason, de.ServerReference = pk.Properties.ReasonString, pk.Properties.ServerReference
 		}
 		return de
 	default:
-		return protoErr(0x82, "the server sent %s", strings.ToUpper(packetName(fh.Type)))
+		return mqttwire.Errorf(packets.ErrProtocolViolation.Code, "the server sent %s", strings.ToUpper(mqttwire.PacketName(fh.Type)))
 	}
 }
 
@@ -172,18 +172,18 @@ func (c *Client) handle(fh packets.FixedHeader, body []byte) error {
 func (c *Client) onPublish(pk *packets.Packet) error {
 	qos, pid := pk.FixedHeader.Qos, pk.PacketID
 	if qos > 0 && pid == 0 {
-		return protoErr(0x82, "PUBLISH QoS %d without a packet id", qos) // [MQTT-2.2.1-3]
+		return mqttwire.Errorf(packets.ErrProtocolViolation.Code, "PUBLISH QoS %d without a packet id", qos) // [MQTT-2.2.1-3]
 	}
 	if pk.Properties.TopicAliasFlag {
 		// We announced no aliases (Topic Alias Maximum 0) [MQTT-3.1.2-27].
-		return protoErr(0x94, "PUBLISH with topic alias %d; we accept none", pk.Properties.TopicAlias)
+		return mqttwire.Errorf(packets.ErrTopicAliasInvalid.Code, "PUBLISH with topic alias %d; we accept none", pk.Properties.TopicAlias)
 	}
 	if err := matcher.ValidateTopic(pk.TopicName); err != nil {
-		return protoErr(0x90, "PUBLISH: %v", err)
+		return mqttwire.Errorf(packets.ErrTopicNameInvalid.Code, "PUBLISH: %v", err)
 	}
 	if qos == 2 && c.received.has(pid) {
 		// Delivered before; the PUBREC did not arrive [MQTT-4.3.3-10].
-		c.q.push(outPacket{b: ackPacket(packets.Pubrec, pid, 0, c.v5)}, false)
+		c.q.push(outPacket{b: mqttwire.Ack(packets.Pubrec, pid, 0, c.v5, "")}, false)
 		return nil
 	}
 	if c.o.OnMessage != nil {
@@ -202,10 +202,10 @@ func (c *Client) onPublish(pk *packets.Packet) error {
 	}
 	switch qos {
 	case 1:
-		c.q.push(outPacket{b: ackPacket(packets.Puback, pid, 0, c.v5)}, false) // §4.3.2
+		c.q.push(outPacket{b: mqttwire.Ack(packets.Puback, pid, 0, c.v5, "")}, false) // §4.3.2
 	case 2:
 		c.received.add(pid)
-		c.q.push(outPacket{b: ackPacket(packets.Pubrec, pid, 0, c.v5)}, false) // §4.3.3
+		c.q.push(outPacket{b: mqttwire.Ack(packets.Pubrec, pid, 0, c.v5, "")}, false) // §4.3.3
 	}
 	return nil
 }
@@ -217,9 +217,9 @@ func (c *Client) onPubAck(kind byte, pid uint16, reason byte) {
 	if f == nil || f.wait.kind != kind {
 		c.mu.Unlock()
 		if f == nil && kind == packets.Pubrec {
-			// Let the server free the id [MQTT-4.3.3-4]; 0x92 says we
-			// had nothing under it.
-			c.q.push(outPacket{b: ackPacket(packets.Pubrel, pid, 0x92, c.v5)}, false)
+			// Let the server free the id [MQTT-4.3.3-4]: Packet
+			// Identifier Not Found says we had nothing under it.
+			c.q.push(outPacket{b: mqttwire.Ack(packets.Pubrel, pid, packets.ErrPacketIdentifierNotFound.Code, c.v5, "")}, false)
 		}
 		return
 	}
@@ -238,7 +238,7 @@ func (c *Client) onPubAck(kind byte, pid uint16, reason byte) {
 		}
 		f.wait = &ackWait{kind: packets.Pubcomp, pid: pid}
 		c.mu.Unlock()
-		c.q.push(outPacket{b: ackPacket(packets.Pubrel, pid, 0, c.v5), wait: f.wait}, false) // [MQTT-4.3.3-4]
+		c.q.push(outPacket{b: mqttwire.Ack(packets.Pubrel, pid, 0, c.v5, ""), wait: f.wait}, false) // [MQTT-4.3.3-4]
 		return
 	}
 	// PUBACK, PUBCOMP, or a PUBREC that failed the message, which ends

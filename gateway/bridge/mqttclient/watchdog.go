@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 )
 
 // busyRecheck is how soon the watchdog looks again when a PINGREQ is due
@@ -29,7 +31,7 @@ func (w *ackWait) String() string {
 	if w.kind == packets.Pingresp {
 		return "PINGRESP"
 	}
-	return fmt.Sprintf("%s for packet id %d", strings.ToUpper(packetName(w.kind)), w.pid)
+	return fmt.Sprintf("%s for packet id %d", strings.ToUpper(mqttwire.PacketName(w.kind)), w.pid)
 }
 
 // watch is the watchdog goroutine: keep alive and overdue acks.
