@@ -553,6 +553,21 @@ func TestUnclaimedMessagesWait(t *testing.T) {
 	}
 }
 
+// TestSharedInRouteReceives: a message that came through a shared
+// in-route, without subscription identifiers, is claimed by that route:
+// the server matched it against the filter after $share/{group}/.
+func TestSharedInRouteReceives(t *testing.T) {
+	b, rec := newRecordingBridge(t, bridgeYAML("127.0.0.1:1", "    in:\n      - {filter: \"$share/gw/cmd/#\", topic: \"local/{2}\"}\n"))
+	b.openRoutes(context.Background())
+	b.onMessage(&mqttclient.Incoming{Topic: "cmd/pump", Payload: []byte("x"), QoS: 1})
+	if !slices.Equal(rec.topics, []string{"local/pump"}) {
+		t.Errorf("delivered %v, want [local/pump]", rec.topics)
+	}
+	if st := b.Stats(); st.Dropped["unclaimed"] != 0 {
+		t.Errorf("unclaimed drops %d, want 0", st.Dropped["unclaimed"])
+	}
+}
+
 // TestMessagesWhileRoutesOpen: a message that arrives on the reader
 // while the in-routes are being opened is delivered, never left held,
 // and never ahead of the messages held before it.

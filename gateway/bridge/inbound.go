@@ -5,7 +5,6 @@ import (
 	"context"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
-	"github.com/fieldgate/fieldgate/matcher"
 )
 
 // maxHeld bounds the inbound messages no open subscription claims yet (a
@@ -83,7 +82,7 @@ func (b *Bridge) deliver(ctx context.Context, m *mqttclient.Incoming) bool {
 			if r.subID == 0 || !containsInt(m.SubIDs, r.subID) {
 				continue
 			}
-		} else if r.subID != 0 && subIDs || !matcher.Matches(r.filter, m.Topic) {
+		} else if r.subID != 0 && subIDs || !receives(r.filter, m.Topic) {
 			continue
 		}
 		claimed = true

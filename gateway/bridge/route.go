@@ -126,6 +126,14 @@ func overlap(a, b string) bool {
 	return matcher.Overlaps(a, b)
 }
 
+// receives reports whether the upstream server sends topic to a
+// subscription of filter: a shared subscription receives what the filter
+// after its $share/{group}/ matches.
+func receives(filter, topic string) bool {
+	_, inner, _ := matcher.SplitShared(filter)
+	return matcher.Matches(inner, topic)
+}
+
 // maxSubID is the largest subscription identifier MQTT 5 allows (a
 // variable byte integer, §3.8.2.1.2).
 const maxSubID = 268_435_455
