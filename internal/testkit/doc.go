@@ -1,0 +1,16 @@
+// Package testkit is what the project's tests share about time: one scale
+// that every deadline in a test is multiplied by, and polling for a
+// condition under it. Its sub-packages are the fixtures more than one
+// package's tests need: mosquitto (a real upstream broker), faultproxy (a
+// TCP link that goes silent or is cut) and notifysocket (systemd's notify
+// socket). It is imported only from _test.go files; the firmware never
+// links it.
+//
+// A deadline is how long a test waits for something that should happen:
+// a packet, a process to listen, a condition to hold. On a loaded machine
+// it happens later, not never, so every such wait goes through Scale,
+// which stretches it under the race detector and by the environment
+// variable FIELDGATE_TEST_TIMESCALE. A duration that is itself under test
+// (a keepalive, a rate, "nothing arrives within 300 ms") is not a deadline
+// and is not scaled.
+package testkit
