@@ -7,8 +7,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 )
 
 // TestBridgeEndToEnd runs the embedded default with a bridge to a real
@@ -16,7 +16,7 @@ import (
 // command switches the pump and its new state comes back up, and the
 // gateway's availability there follows its life.
 func TestBridgeEndToEnd(t *testing.T) {
-	up := upstreamtest.Start(t)
+	up := mosquitto.Start(t, mosquitto.Cloud())
 	doc := string(config.Embedded()) + fmt.Sprintf(`
 bridges:
   - name: cloud
@@ -68,7 +68,7 @@ bridges:
 
 // TestTwoBridges: each configured upstream gets its own routes and outbox.
 func TestTwoBridges(t *testing.T) {
-	a, b := upstreamtest.Start(t), upstreamtest.Start(t)
+	a, b := mosquitto.Start(t, mosquitto.Cloud()), mosquitto.Start(t, mosquitto.Cloud())
 	doc := fmt.Sprintf(`storage: {path: %q}
 broker: {allow_anonymous: true}
 listeners: [{name: lan, type: tcp, address: %q}]

@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 )
 
 // TestCrashBridge kills the gateway while its bridge's upstream is away
@@ -20,7 +20,7 @@ func TestCrashBridge(t *testing.T) {
 	rec.Add("seed", "%d (FIELDGATE_CRASH_SEED)", seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	bin := buildGateway(t, t.TempDir())
-	up := upstreamtest.Start(t)
+	up := mosquitto.Start(t, mosquitto.Cloud())
 
 	// The cloud application: a persistent session that is offline while
 	// the gateway is killed, so the upstream queues all it is sent.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -283,7 +283,7 @@ func crash(t *testing.T, bin string, kills int, seed, stream uint64, filter stri
 	rec.Add("load", "%d QoS %d publishers; %d offline and 1 live persistent local subscribers; 1 live persistent subscriber upstream",
 		len(pubs), qos, offlineSubscribers)
 
-	up := upstreamtest.Start(t)
+	up := mosquitto.Start(t, mosquitto.Cloud())
 	cloud := crashCloud(t, rec, up.Addr(), fmt.Sprintf("q%d-cloud", qos), qos)
 	// At QoS 1 the cloud application counts duplicates instead of failing
 	// on them: the bridge deletes an entry acknowledged upstream with a

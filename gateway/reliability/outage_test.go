@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit/faultproxy"
+	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -131,7 +132,7 @@ func TestOutage(t *testing.T) {
 // outageCase is one kind of outage.
 type outageCase struct {
 	name   string // the record's case name
-	proxy  bool   // the bridge reaches the upstream through an outageProxy
+	proxy  bool   // the bridge reaches the upstream through a faultproxy
 	faults int    // how many times the fault is made in one run
 	// fault makes the fault once and returns, with a line that describes
 	// it, when it has ended: the upstream is reachable again.
@@ -143,8 +144,8 @@ type outageCase struct {
 type outageHarness struct {
 	t     *testing.T
 	rec   *relrecord.Rec
-	up    *upstreamtest.Upstream
-	proxy *outageProxy // nil unless the case needs one
+	up    *mosquitto.Broker
+	proxy *faultproxy.Proxy // nil unless the case needs one
 	g     *gateway
 	pub   *outagePublisher
 	cloud *outageCloud
@@ -191,11 +192,11 @@ func (h *outageHarness) upstreamKept() bool {
 func outageRun(t *testing.T, bin string, c outageCase) {
 	began := time.Now()
 	h := &outageHarness{t: t, rec: relrecord.Begin(t, "bridge-outage", c.name), notes: map[string][]string{}}
-	h.up = upstreamtest.Start(t)
+	h.up = mosquitto.Start(t, mosquitto.Cloud())
 	addr := h.up.Addr()
 	if c.proxy {
-		h.proxy = newOutageProxy(t, addr)
-		addr = h.proxy.addr()
+		h.proxy = faultproxy.New(t, addr)
+		addr = h.proxy.Addr()
 	}
 	h.cloud = newOutageCloud("outage-cloud")
 	h.cloud.create(t, h.up.Addr())
@@ -344,7 +345,7 @@ func (h *outageHarness) check(reconnects float64, faults, left int, outbox, drop
 // an orderly TCP close, then refused dials until the restart.
 func outageCleanClose(outage time.Duration) func(h *outageHarness) string {
 	return func(h *outageHarness) string {
-		h.up.Terminate()
+		h.up.Stop()
 		time.Sleep(outage)
 		h.up.Start()
 		return fmt.Sprintf("%s down after SIGTERM", outage)
@@ -359,15 +360,16 @@ func outageCleanClose(outage time.Duration) func(h *outageHarness) string {
 // the proxy closes every connection it holds and forwards new ones.
 func outageSilentDrop(outage time.Duration, resume bool) func(h *outageHarness) string {
 	return func(h *outageHarness) string {
-		froze := h.proxy.freeze()
+		froze := time.Now()
+		h.proxy.Freeze()
 		time.Sleep(outage)
-		noticed, ok := h.proxy.acceptedAfter(froze)
+		noticed, ok := h.proxy.AcceptedAfter(froze)
 		how := "the proxy closed every connection"
 		if resume {
-			h.proxy.thaw()
+			h.proxy.Thaw()
 			how = "the link resumed"
 		} else {
-			h.proxy.cut()
+			h.proxy.Cut()
 		}
 		// A PUBLISH written just after the freeze is overdue AckTimeout
 		// later, and the bridge dials again at once; a PINGREQ is late at
@@ -395,11 +397,11 @@ func outageSilentDrop(outage time.Duration, resume bool) func(h *outageHarness) 
 // identifiers before anything new.
 func outageRestartKept(outage time.Duration) func(h *outageHarness) string {
 	return func(h *outageHarness) string {
-		h.up.Terminate()
+		h.up.Stop()
 		time.Sleep(outage)
 		h.up.Start()
 		left := h.midReplay(func() {
-			h.up.Terminate()
+			h.up.Stop()
 			h.up.Start()
 		})
 		if !h.upstreamKept() {
@@ -433,7 +435,7 @@ func outageRestartWiped(outage time.Duration) func(h *outageHarness) string {
 // know it.
 func (h *outageHarness) wipedRestart(wait func()) {
 	h.t.Helper()
-	h.up.Terminate()
+	h.up.Stop()
 	h.up.Aside(func(addr string) { h.cloud.drainFrom(h.t, addr) })
 	h.up.Wipe()
 	h.up.Aside(func(addr string) { h.cloud.create(h.t, addr) })

@@ -19,6 +19,12 @@ import (
 // CAFile returns the PEM file of the test CA.
 func (m *Broker) CAFile() string { return m.certs.caFile }
 
+// ClientCertFiles returns the PEM files of the test client certificate
+// and its key, which the TLS listener accepts.
+func (m *Broker) ClientCertFiles() (cert, key string) {
+	return m.certs.clientCert, m.certs.clientKey
+}
+
 // ClientTLS returns a client configuration trusting the test CA as a file
 // names it, with serverName, and with the test client certificate when
 // withCert.
