@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // childEnv marks the test binary re-executed as a socket-activated child.
@@ -75,7 +77,8 @@ func startActivated(t *testing.T, fdnames string, n int) (*activatedChild, []str
 // with prefix.
 func (c *activatedChild) waitFor(t *testing.T, prefix string) string {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
+	limit := testkit.Scale(20 * time.Second)
+	timeout := time.After(limit)
 	for {
 		select {
 		case l, ok := <-c.lines:
@@ -87,7 +90,7 @@ func (c *activatedChild) waitFor(t *testing.T, prefix string) string {
 				return strings.TrimPrefix(l, prefix)
 			}
 		case <-timeout:
-			t.Fatalf("child printed no %q in 20s:\n%s", prefix, strings.Join(c.transcript, "\n"))
+			t.Fatalf("child printed no %q in %v:\n%s", prefix, limit, strings.Join(c.transcript, "\n"))
 		}
 	}
 }

@@ -1,60 +1,19 @@
 package systemd
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/internal/testkit/notifysocket"
 	"golang.org/x/sys/unix"
 )
-
-// notifySocket is a datagram socket standing in for systemd's, set as
-// NOTIFY_SOCKET for one test.
-type notifySocket struct {
-	conn *net.UnixConn
-}
-
-func listenNotify(t *testing.T) *notifySocket {
-	t.Helper()
-	// A short directory: socket paths are limited to 107 bytes.
-	dir, err := os.MkdirTemp("", "sdn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	t.Setenv("NOTIFY_SOCKET", path)
-	return &notifySocket{conn: conn}
-}
-
-// next returns the next datagram, or "" when none arrives within wait.
-func (s *notifySocket) next(t *testing.T, wait time.Duration) string {
-	t.Helper()
-	buf := make([]byte, 4096)
-	_ = s.conn.SetReadDeadline(time.Now().Add(wait))
-	n, err := s.conn.Read(buf)
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return ""
-		}
-		t.Fatalf("reading the notify socket: %v", err)
-	}
-	return string(buf[:n])
-}
 
 // fields splits a datagram into its assignments.
 func fields(msg string) map[string]string {
@@ -76,7 +35,7 @@ func monotonicUsec(t *testing.T) int64 {
 }
 
 func TestNotifyProtocol(t *testing.T) {
-	sock := listenNotify(t)
+	sock := notifysocket.Listen(t)
 	n := NewNotifier(nil)
 	if !n.Enabled() {
 		t.Fatal("Enabled() = false with NOTIFY_SOCKET set")
@@ -97,7 +56,7 @@ func TestNotifyProtocol(t *testing.T) {
 			if err := tt.send(); err != nil {
 				t.Fatal(err)
 			}
-			got := fields(sock.next(t, 2*time.Second))
+			got := fields(sock.Next(testkit.Scale(2 * time.Second)))
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
@@ -115,7 +74,7 @@ func TestNotifyProtocol(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := monotonicUsec(t)
-		got := fields(sock.next(t, 2*time.Second))
+		got := fields(sock.Next(testkit.Scale(2 * time.Second)))
 		if got["RELOADING"] != "1" {
 			t.Fatalf("got %v, want RELOADING=1", got)
 		}
@@ -149,7 +108,7 @@ func TestNotifyWithoutSystemd(t *testing.T) {
 	go func() { n.RunWatchdog(context.Background()); close(returned) }()
 	select {
 	case <-returned:
-	case <-time.After(2 * time.Second):
+	case <-time.After(testkit.Scale(2 * time.Second)):
 		t.Fatal("RunWatchdog did not return without NOTIFY_SOCKET")
 	}
 
@@ -167,25 +126,6 @@ func TestNotifyUnreachableSocket(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "READY=1") {
 		t.Fatalf("Ready() = %v, want an error naming READY=1", err)
 	}
-}
-
-// syncBuffer is a log destination the watchdog goroutine and the test
-// share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // pinger keeps a Beat alive from its own goroutine until paused, as a
@@ -225,11 +165,11 @@ func (p *pinger) stop()        { close(p.paused); <-p.done }
 
 // countPings counts WATCHDOG=1 datagrams during d and fails on any other
 // message.
-func countPings(t *testing.T, sock *notifySocket, d time.Duration) int {
+func countPings(t *testing.T, sock *notifysocket.Socket, d time.Duration) int {
 	t.Helper()
 	n := 0
 	for end := time.Now().Add(d); time.Now().Before(end); {
-		msg := sock.next(t, time.Until(end))
+		msg := sock.Next(time.Until(end))
 		switch msg {
 		case "":
 		case "WATCHDOG=1":
@@ -247,10 +187,10 @@ func TestWatchdogPingsOnlyWhileAllBeatsAlive(t *testing.T) {
 		interval   = watchdog / 2
 		maxSilence = 150 * time.Millisecond
 	)
-	sock := listenNotify(t)
+	sock := notifysocket.Listen(t)
 	t.Setenv("WATCHDOG_USEC", strconv.Itoa(int(watchdog/time.Microsecond)))
 	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
-	var logs syncBuffer
+	var logs testkit.Buffer
 	n := NewNotifier(slog.New(slog.NewTextHandler(&logs, nil)))
 	broker := startPinger(n.Beat("broker", maxSilence))
 	defer broker.stop()
@@ -294,7 +234,7 @@ func TestWatchdogPingsOnlyWhileAllBeatsAlive(t *testing.T) {
 	cancel()
 	select {
 	case <-returned:
-	case <-time.After(2 * time.Second):
+	case <-time.After(testkit.Scale(2 * time.Second)):
 		t.Fatal("RunWatchdog did not return after its context ended")
 	}
 }
@@ -310,19 +250,19 @@ func TestWatchdogDisabled(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sock := listenNotify(t)
+			sock := notifysocket.Listen(t)
 			t.Setenv("WATCHDOG_USEC", tt.usec)
 			t.Setenv("WATCHDOG_PID", tt.pid)
-			var logs syncBuffer
+			var logs testkit.Buffer
 			n := NewNotifier(slog.New(slog.NewTextHandler(&logs, nil)))
 			returned := make(chan struct{})
 			go func() { n.RunWatchdog(context.Background()); close(returned) }()
 			select {
 			case <-returned:
-			case <-time.After(2 * time.Second):
+			case <-time.After(testkit.Scale(2 * time.Second)):
 				t.Fatal("RunWatchdog kept running without a watchdog for this process")
 			}
-			if msg := sock.next(t, 100*time.Millisecond); msg != "" {
+			if msg := sock.Next(100 * time.Millisecond); msg != "" {
 				t.Fatalf("sent %q without a watchdog", msg)
 			}
 			if !strings.Contains(logs.String(), tt.logs) {

@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // These tests build the real binary and run it as a user or an init system
@@ -160,24 +161,6 @@ sensors:
 	}
 }
 
-// syncBuffer collects a child's output while the test polls it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestRunStopsOnSIGTERM(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -192,7 +175,7 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 			if tt.config != "" {
 				args = append(args, "-config", writeFile(t, "run.yaml", tt.config))
 			}
-			var stderr syncBuffer
+			var stderr testkit.Buffer
 			cmd := exec.Command(binary, args...)
 			cmd.Stderr = &stderr
 			cmd.Dir = t.TempDir() // where relative state paths land
@@ -203,13 +186,9 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 
 			// Signal only once the gateway is up, so the test exercises
 			// the shutdown path rather than a half-started process.
-			deadline := time.Now().Add(10 * time.Second)
-			for !strings.Contains(stderr.String(), "gateway started") {
-				if time.Now().After(deadline) {
-					t.Fatalf("no start line within 10s:\n%s", stderr.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			testkit.WaitFor(t, 10*time.Second, "the start line", func() bool {
+				return strings.Contains(stderr.String(), "gateway started")
+			})
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -221,8 +200,8 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 				if err != nil {
 					t.Fatalf("exit after SIGTERM: %v, want code 0\n%s", err, stderr.String())
 				}
-			case <-time.After(5 * time.Second):
-				t.Fatalf("still running 5s after SIGTERM:\n%s", stderr.String())
+			case <-time.After(testkit.Scale(5 * time.Second)):
+				t.Fatalf("still running %v after SIGTERM:\n%s", testkit.Scale(5*time.Second), stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tt.stopped) {
 				t.Errorf("log lacks %s:\n%s", tt.stopped, stderr.String())

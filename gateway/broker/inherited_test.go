@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,35 +9,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // unbindable is an address no test machine has (TEST-NET-1, RFC 5737):
 // binding it fails, so a listener configured with it serves only if the
 // inherited socket took its place.
 const unbindable = "192.0.2.1:1883"
-
-// lockedBuffer collects log lines written from the broker's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // closedByBroker reports whether l was closed, waiting briefly for an
 // Accept rather than forever.
@@ -80,7 +61,7 @@ func TestInheritedListeners(t *testing.T) {
 		"unix":    mustListen(t, "unix", sock),
 		"stray":   mustListen(t, "tcp", "127.0.0.1:0"),
 	}
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	opts := Options{Broker: config.Default().Broker, Version: "test", Inherited: inherited}
 	opts.AllowAnonymous = true
 	opts.SysInterval = 0

@@ -16,6 +16,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // browserInstall is what to run when the browser test finds no chromium.
@@ -54,7 +55,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	f.sensors[0].Values[0].Value = 21.5
 	f.mu.Unlock()
 
-	browserOut := &lockedBuffer{}
+	browserOut := &testkit.Buffer{}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(exe),
 		chromedp.Headless,
@@ -291,22 +292,4 @@ func far(a, b color.RGBA) bool {
 		return int(y - x)
 	}
 	return d(a.R, b.R)+d(a.G, b.G)+d(a.B, b.B) > 24
-}
-
-// lockedBuffer lets the browser's output goroutine and the test share a buffer.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
