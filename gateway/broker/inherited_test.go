@@ -14,6 +14,7 @@ import (
 
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/internal/testkit/certs"
 )
 
 // unbindable is an address no test machine has (TEST-NET-1, RFC 5737):
@@ -43,9 +44,9 @@ func mustListen(t *testing.T, network, addr string) net.Listener {
 // the bind of the listener of the same name, for every listener type, and
 // real MQTT clients connect through it.
 func TestInheritedListeners(t *testing.T) {
-	pki := newTestPKI(t)
-	tlsFiles := config.TLS{Cert: pki.serverCert, Key: pki.serverKy}
-	clientTLS := &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"}
+	pki := certs.New(t, "sensor-7")
+	tlsFiles := config.TLS{Cert: pki.ServerCert, Key: pki.ServerKey}
+	clientTLS := &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"}
 	dir, err := os.MkdirTemp("", "inh")
 	if err != nil {
 		t.Fatal(err)

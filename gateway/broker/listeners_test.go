@@ -2,16 +2,8 @@ package broker
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,78 +12,9 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit/certs"
 	"github.com/gorilla/websocket"
 )
-
-// testPKI is a throwaway CA with a server certificate for 127.0.0.1 and a
-// client certificate, written as PEM files.
-type testPKI struct {
-	dir                  string
-	caFile               string
-	serverCert, serverKy string
-	pool                 *x509.CertPool
-	client               tls.Certificate
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	dir := t.TempDir()
-	caKey := mustKey(t)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fieldgate test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	p := &testPKI{dir: dir, pool: x509.NewCertPool()}
-	p.pool.AddCert(ca)
-	p.caFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)
-
-	issue := func(name string, serial int64, usage x509.ExtKeyUsage, ip bool) ([]byte, *ecdsa.PrivateKey) {
-		key := mustKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		}
-		if ip {
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
-	}
-	der, key := issue("127.0.0.1", 2, x509.ExtKeyUsageServerAuth, true)
-	p.serverCert = writePEM(t, dir, "server.pem", "CERTIFICATE", der)
-	kb, _ := x509.MarshalECPrivateKey(key)
-	p.serverKy = writePEM(t, dir, "server.key", "EC PRIVATE KEY", kb)
-
-	der, key = issue("sensor-7", 3, x509.ExtKeyUsageClientAuth, false)
-	p.client = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	return p
-}
-
-func mustKey(t *testing.T) *ecdsa.PrivateKey {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(t *testing.T, dir, name, kind string, der []byte) string {
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // wsNetConn lets an MQTT client speak over a WebSocket: every write is one
 // binary message.
@@ -184,10 +107,10 @@ func lsRoundTrip(t *testing.T, sub *paho.Client, subGot <-chan string, pub *paho
 }
 
 func TestListenerKinds(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := certs.New(t, "sensor-7")
 	sock := filepath.Join(t.TempDir(), "mqtt.sock")
 	tb := startBroker(t, func(o *Options) {
-		tlsFiles := config.TLS{Cert: pki.serverCert, Key: pki.serverKy}
+		tlsFiles := config.TLS{Cert: pki.ServerCert, Key: pki.ServerKey}
 		o.Listeners = append(o.Listeners,
 			config.Listener{Name: "tls", Type: config.ListenerTLS, Address: "127.0.0.1:0", TLS: tlsFiles},
 			config.Listener{Name: "ws", Type: config.ListenerWS, Address: "127.0.0.1:0"},
@@ -195,7 +118,7 @@ func TestListenerKinds(t *testing.T) {
 			config.Listener{Name: "unix", Type: config.ListenerUnix, Address: sock},
 		)
 	})
-	clientTLS := &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"}
+	clientTLS := &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"}
 	dial := map[string]func(t *testing.T) net.Conn{
 		"tcp": func(t *testing.T) net.Conn { return mustDial(t, "tcp", tb.Addr) },
 		"tls": func(t *testing.T) net.Conn {
@@ -249,17 +172,17 @@ func dialWS(t *testing.T, url string, tcfg *tls.Config) net.Conn {
 // with a certificate it signed, and takes the certificate's common name as
 // the user name, which the ACL then sees.
 func TestClientCertificateAuth(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := certs.New(t, "sensor-7")
 	tb := startBroker(t, func(o *Options) {
 		o.AllowAnonymous = false
 		o.ACL = []config.ACLRule{{User: "*", Topic: "devices/%u/#", Access: "readwrite"}}
 		o.Listeners = []config.Listener{{Name: "mtls", Type: config.ListenerTLS, Address: "127.0.0.1:0",
-			TLS: config.TLS{Cert: pki.serverCert, Key: pki.serverKy, ClientCA: pki.caFile}}}
+			TLS: config.TLS{Cert: pki.ServerCert, Key: pki.ServerKey, ClientCA: pki.CAFile}}}
 	})
 	addr := tb.Broker.Addr("mtls").String()
 
 	// Without a certificate the handshake fails.
-	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 	if err == nil {
 		// TLS 1.3 reports the refusal on the first read.
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -274,7 +197,7 @@ func TestClientCertificateAuth(t *testing.T) {
 	}
 
 	withCert := func() net.Conn {
-		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{pki.client}})
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{pki.Client}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -135,6 +135,11 @@ func TestCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// A round trip: the proxy has accepted c before the freeze.
+	_ = c.SetDeadline(time.Now().Add(wait))
+	if err := roundTrip(c, "first"); err != nil {
+		t.Fatal(err)
+	}
 	p.Freeze()
 	froze := time.Now()
 	if _, err := c.Write([]byte("lost")); err != nil {

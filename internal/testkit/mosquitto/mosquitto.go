@@ -14,6 +14,7 @@
 package mosquitto
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/internal/testkit/certs"
 )
 
 // wait bounds mosquitto's start and stop, before the time scale: far
@@ -62,13 +64,13 @@ type Broker struct {
 	t       testing.TB
 	cfg     Config
 	bin     string
-	dir     string // the test's directory: configuration, persistence, certificates, log
+	dir     string // the test's directory: configuration, persistence, log
 	conf    string
 	addr    string
-	tlsAddr string // empty without TLS
-	certs   *certs
-	who     string // the current user's name, for mosquitto's user line
-	log     string // the file its output goes to, over restarts
+	tlsAddr string     // empty without TLS
+	pki     *certs.PKI // nil without TLS
+	who     string     // the current user's name, for mosquitto's user line
+	log     string     // the file its output goes to, over restarts
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -100,7 +102,7 @@ func Start(t testing.TB, cfg Config) *Broker {
 	m.addr = testkit.FreeAddr(t)
 	if cfg.TLS {
 		m.tlsAddr = testkit.FreeAddr(t)
-		m.certs = makeCerts(t, m.dir)
+		m.pki = certs.New(t, "gateway-1")
 	}
 	// As root mosquitto would switch to the mosquitto user, which cannot
 	// read the test's directory; naming the current user keeps it as is.
@@ -170,9 +172,9 @@ func (m *Broker) config(addr, tlsAddr, users string) string {
 	}
 	if tlsAddr != "" {
 		line("listener %s 127.0.0.1", port(tlsAddr))
-		line("cafile %s", m.certs.caFile)
-		line("certfile %s", m.certs.serverCert)
-		line("keyfile %s", m.certs.serverKey)
+		line("cafile %s", m.pki.CAFile)
+		line("certfile %s", m.pki.ServerCert)
+		line("keyfile %s", m.pki.ServerKey)
 		line("require_certificate %t", cfg.RequireCertificate)
 		for _, l := range cfg.Listener {
 			line("%s", l)
@@ -216,6 +218,22 @@ func (m *Broker) TLSAddr() string {
 		m.t.Fatal("mosquitto started without TLS")
 	}
 	return m.tlsAddr
+}
+
+// PKI returns the test CA and certificates of the TLS listener.
+func (m *Broker) PKI() *certs.PKI {
+	if m.pki == nil {
+		m.t.Fatal("mosquitto started without TLS")
+	}
+	return m.pki
+}
+
+// ClientTLS returns a client configuration for the TLS listener: it trusts
+// the test CA as a file names it, with serverName, and with the test
+// client certificate when withCert.
+func (m *Broker) ClientTLS(serverName string, withCert bool) *tls.Config {
+	m.t.Helper()
+	return m.PKI().ClientTLS(m.t, serverName, withCert)
 }
 
 // Start starts mosquitto again after Stop, on the same ports and
