@@ -6,39 +6,19 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
-)
 
-// mountSmallTmpfs mounts a tmpfs of size on a temporary directory, or
-// skips the test.
-func mountSmallTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	const why = "needs root to mount a size-limited tmpfs"
-	if os.Geteuid() != 0 {
-		t.Skip(why)
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("%s: mount: %v: %s", why, err, bytes.TrimSpace(out))
-	}
-	// Registered after TempDir's own cleanup, so it runs before it.
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
+	"github.com/fieldgate/fieldgate/internal/testkit"
+)
 
 // TestDiskFull fills the file system under the state file. A commit that
 // does not fit fails through its callback, the file stays sound, and
 // commits work again as soon as there is room, without reopening.
 func TestDiskFull(t *testing.T) {
-	dir := mountSmallTmpfs(t, "1m")
+	dir := testkit.SmallTmpfs(t, "1m")
 	// Room to free later, in case bbolt cannot commit even a delete while
 	// the disk is full: it writes new pages before it frees old ones.
 	filler := filepath.Join(dir, "filler")

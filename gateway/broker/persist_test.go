@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -288,15 +288,7 @@ func TestPersistSessionExpiresAcrossRestart(t *testing.T) {
 // traffic goes on, and storing works again once there is room, without a
 // restart.
 func TestPersistDiskFull(t *testing.T) {
-	const why = "needs root to mount a size-limited tmpfs"
-	if os.Geteuid() != 0 {
-		t.Skip(why)
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("%s: mount: %v: %s", why, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	dir := testkit.SmallTmpfs(t, "2m")
 	filler := filepath.Join(dir, "filler")
 	if err := os.WriteFile(filler, make([]byte, 512<<10), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,11 @@
-// Package testkit is what the project's tests share about time: one scale
-// that every deadline in a test is multiplied by, and polling for a
-// condition under it. Its sub-packages are the fixtures more than one
-// package's tests need: mosquitto (a real upstream broker), faultproxy (a
-// TCP link that goes silent or is cut) and notifysocket (systemd's notify
-// socket). It is imported only from _test.go files; the firmware never
-// links it.
+// Package testkit is what the project's tests share: one time scale that
+// every deadline in a test is multiplied by, polling for a condition under
+// it, and small fixtures (a free loopback address, a buffer the code under
+// test writes from its goroutines, a size-limited tmpfs). Its sub-packages
+// are the larger fixtures more than one package's tests need: mosquitto (a
+// real upstream broker), faultproxy (a TCP link that goes silent or is
+// cut), certs (a throwaway CA) and notifysocket (systemd's notify socket).
+// It is imported only from _test.go files; the firmware never links it.
 //
 // A deadline is how long a test waits for something that should happen:
 // a packet, a process to listen, a condition to hold. On a loaded machine
