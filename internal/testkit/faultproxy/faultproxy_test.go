@@ -51,6 +51,22 @@ func roundTrip(c net.Conn, msg string) error {
 	return nil
 }
 
+// wait bounds every wait for bytes that should come.
+var wait = testkit.Scale(20 * time.Second)
+
+// dial connects to the proxy, with a deadline of wait on the connection;
+// it closes with the test.
+func dial(t *testing.T, p *Proxy) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", p.Addr(), wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(wait))
+	return c
+}
+
 // silence is how long a test watches a frozen link for bytes that must
 // not come: a duration under test, not a deadline.
 const silence = 500 * time.Millisecond
@@ -59,13 +75,7 @@ const silence = 500 * time.Millisecond
 // closing either side, and forwards what it held on Thaw.
 func TestFreeze(t *testing.T) {
 	p := New(t, echoServer(t))
-	wait := testkit.Scale(20 * time.Second)
-	c, err := net.DialTimeout("tcp", p.Addr(), wait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(wait))
+	c := dial(t, p)
 	if err := roundTrip(c, "before"); err != nil {
 		t.Fatal(err)
 	}
@@ -98,13 +108,7 @@ func TestFreeze(t *testing.T) {
 // server's still flow, and Thaw lets the rest go.
 func TestHoldUpAfter(t *testing.T) {
 	p := New(t, echoServer(t))
-	wait := testkit.Scale(20 * time.Second)
-	c, err := net.DialTimeout("tcp", p.Addr(), wait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(wait))
+	c := dial(t, p)
 	p.HoldUpAfter(3)
 	if _, err := c.Write([]byte("abcdef")); err != nil {
 		t.Fatal(err)
@@ -129,14 +133,8 @@ func TestHoldUpAfter(t *testing.T) {
 // and forwards a new connection; AcceptedAfter tells when it came.
 func TestCut(t *testing.T) {
 	p := New(t, echoServer(t))
-	wait := testkit.Scale(20 * time.Second)
-	c, err := net.DialTimeout("tcp", p.Addr(), wait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, p)
 	// A round trip: the proxy has accepted c before the freeze.
-	_ = c.SetDeadline(time.Now().Add(wait))
 	if err := roundTrip(c, "first"); err != nil {
 		t.Fatal(err)
 	}
@@ -155,12 +153,7 @@ func TestCut(t *testing.T) {
 		t.Fatalf("cut connection: read %d bytes, err %v; want EOF", n, err)
 	}
 	testkit.WaitFor(t, 10*time.Second, "the held bytes dropped", func() bool { return p.Held() == 0 })
-	c2, err := net.DialTimeout("tcp", p.Addr(), wait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	_ = c2.SetDeadline(time.Now().Add(wait))
+	c2 := dial(t, p)
 	if err := roundTrip(c2, "again"); err != nil {
 		t.Fatal(err)
 	}
