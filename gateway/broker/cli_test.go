@@ -14,14 +14,16 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // Interoperability with another implementation's clients: Debian's
 // mosquitto_pub and mosquitto_sub, at MQTT 3.1.1 and 5.0.
 
-// cliTimeout bounds one run of a client binary; the -W given to
-// mosquitto_sub is a little less, so that it gives up on its own first.
-const cliTimeout = 6 * time.Second
+// cliTimeout bounds one run of a client binary, on the suite's time
+// scale; the -W given to mosquitto_sub is a little less, so that it gives
+// up on its own first.
+var cliTimeout = testkit.Scale(6 * time.Second)
 
 // cliVersions are the protocol versions the clients are run at.
 var cliVersions = []string{"mqttv311", "mqttv5"}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -50,7 +51,7 @@ func TestRetainedBatchesOutOfOrder(t *testing.T) {
 				}
 			}
 			// The in-memory copy of the change goes once the file has it.
-			deadline := time.Now().Add(5 * time.Second)
+			deadline := time.Now().Add(testkit.Scale(5 * time.Second))
 			for {
 				sb.tb.Broker.retained.tidy()
 				sb.tb.Broker.retained.mu.RLock()
@@ -58,7 +59,7 @@ func TestRetainedBatchesOutOfOrder(t *testing.T) {
 				sb.tb.Broker.retained.mu.RUnlock()
 				if n == 0 || time.Now().After(deadline) {
 					if n != 0 {
-						t.Errorf("the change is still held in memory after 5 s")
+						t.Errorf("the change is still held in memory after %v", testkit.Scale(5*time.Second))
 					}
 					break
 				}
@@ -93,8 +94,8 @@ func TestAckOvertakesEnqueue(t *testing.T) {
 	sb.db.After(func(error) { close(applied) })
 	select {
 	case <-applied: // ...and the lazy Dequeue it made is in the file
-	case <-time.After(5 * time.Second):
-		t.Fatal("storage did not apply the acknowledgement within 5 s")
+	case <-time.After(testkit.Scale(5 * time.Second)):
+		t.Fatalf("storage did not apply the acknowledgement within %v", testkit.Scale(5*time.Second))
 	}
 	if err := sb.db.CommitWait(&fx.batch); err != nil {
 		t.Fatal(err)
@@ -165,11 +166,14 @@ func TestFanOutLeavesNoQueueRecords(t *testing.T) {
 		go func() {
 			// Not the test's goroutine: errors are sent back, never fatal.
 			for n := range msgs {
-				pk, err := c.recv(20 * time.Second)
+				pk, err := c.recv(testkit.Scale(20 * time.Second))
 				if err == nil && pk.FixedHeader.Type != packets.Publish {
 					err = fmt.Errorf("got %s", rawDescribe(pk))
 				}
 				if err == nil {
+					// A deadline of its own: the one the SUBSCRIBE's write
+					// left is long past once the fan-out has run a while.
+					_ = c.nc.SetWriteDeadline(time.Now().Add(c.wait))
 					_, err = c.nc.Write(c.encode(rawAck(packets.Puback, pk.PacketID, 0)))
 				}
 				if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -114,7 +115,7 @@ const footprintRunnerEnv = "FIELDGATE_FOOTPRINT_RUNNER"
 
 // footprintWait bounds every wait of a measurement: setting up 10,000
 // connections takes a few seconds on a loaded two-core machine.
-const footprintWait = 2 * time.Minute
+var footprintWait = testkit.Scale(2 * time.Minute)
 
 // checkFileLimit skips a benchmark whose sockets would not fit under the
 // open-file limit, which Go has already raised to the hard limit.

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // fuzzWait bounds how long a connection may take to end once its client
 // has gone: the broker needs microseconds, so seconds mean it never will.
-const fuzzWait = 5 * time.Second
+var fuzzWait = testkit.Scale(5 * time.Second)
 
 // FuzzConnReader feeds arbitrary bytes to a connection's reader, as a
 // client would send them, then closes the connection. The broker must not

@@ -25,7 +25,7 @@ const unbindable = "192.0.2.1:1883"
 // closedByBroker reports whether l was closed, waiting briefly for an
 // Accept rather than forever.
 func closedByBroker(l net.Listener) error {
-	_ = l.(interface{ SetDeadline(time.Time) error }).SetDeadline(time.Now().Add(time.Second))
+	_ = l.(interface{ SetDeadline(time.Time) error }).SetDeadline(time.Now().Add(testkit.Scale(time.Second)))
 	_, err := l.Accept()
 	return err
 }
@@ -81,7 +81,7 @@ func TestInheritedListeners(t *testing.T) {
 		t.Fatalf("Start with inherited sockets: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(10*time.Second))
 		defer cancel()
 		if err := b.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/certs"
 	"github.com/gorilla/websocket"
 )
@@ -67,7 +68,7 @@ func lsConnect(t *testing.T, nc net.Conn, id, user string) (*paho.Client, <-chan
 			return true, nil
 		}},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	cp := &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true}
 	if user != "" {
@@ -87,7 +88,7 @@ func lsConnect(t *testing.T, nc net.Conn, id, user string) (*paho.Client, <-chan
 // lsRoundTrip subscribes on sub, publishes on pub, and checks delivery.
 func lsRoundTrip(t *testing.T, sub *paho.Client, subGot <-chan string, pub *paho.Client, topic string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	sa, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
 	if err != nil || sa.Reasons[0] != 1 {
@@ -101,8 +102,8 @@ func lsRoundTrip(t *testing.T, sub *paho.Client, subGot <-chan string, pub *paho
 		if m != topic+" over the wire" {
 			t.Fatalf("received %q", m)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("message not delivered within 5s")
+	case <-time.After(testkit.Scale(5 * time.Second)):
+		t.Fatalf("message not delivered within %v", testkit.Scale(5*time.Second))
 	}
 }
 
@@ -148,7 +149,7 @@ func TestListenerKinds(t *testing.T) {
 
 func mustDial(t *testing.T, network, addr string) net.Conn {
 	t.Helper()
-	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	c, err := net.DialTimeout(network, addr, testkit.Scale(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestClientCertificateAuth(t *testing.T) {
 	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 	if err == nil {
 		// TLS 1.3 reports the refusal on the first read.
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_ = c.SetDeadline(time.Now().Add(testkit.Scale(5 * time.Second)))
 		_, err = c.Write([]byte{0x10, 0})
 		if err == nil {
 			_, err = c.Read(make([]byte, 1))
@@ -209,7 +210,7 @@ func TestClientCertificateAuth(t *testing.T) {
 	// common name is the user name.
 	lsRoundTrip(t, sub, got, pub, "devices/sensor-7/temp")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	sa, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "devices/other/#", QoS: 1}}})
 	if err == nil && (len(sa.Reasons) != 1 || sa.Reasons[0] != rcNotAuthorized) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -23,8 +24,11 @@ func localConnect(t *testing.T, b *Broker, id string) *Client {
 	return cl
 }
 
+// recvWithin returns the next message on ch, failing the test if none
+// comes within d on the suite's time scale.
 func recvWithin(t *testing.T, ch <-chan Message, d time.Duration) Message {
 	t.Helper()
+	d = testkit.Scale(d)
 	select {
 	case m := <-ch:
 		return m
@@ -43,7 +47,7 @@ func TestLocalClientBothWays(t *testing.T) {
 	}
 
 	net1, netGot := lsConnect(t, mustDial(t, "tcp", tb.Addr), "dashboard", "")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	if _, err := net1.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "readings/#", QoS: 1}}}); err != nil {
 		t.Fatal(err)
@@ -67,7 +71,7 @@ func TestLocalClientBothWays(t *testing.T) {
 		if s != "readings/t1 21.5" {
 			t.Fatalf("network client got %q", s)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testkit.Scale(5 * time.Second)):
 		t.Fatal("network client got nothing")
 	}
 }
@@ -184,7 +188,7 @@ func TestSlowLocalHandlerDoesNotStallPublisher(t *testing.T) {
 	}
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Scale(10 * time.Second)):
 		mu.Lock()
 		t.Fatalf("fast subscriber got %d of %d while a slow one blocked", n, total)
 	}
@@ -211,7 +215,7 @@ func stalledClient(t *testing.T, addr, id, filter string, qos byte) net.Conn {
 		t.Fatal(err)
 	}
 	// Read CONNACK and SUBACK only.
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(testkit.Scale(5 * time.Second)))
 	b := make([]byte, 9)
 	if _, err := readFull(c, b); err != nil || b[0] != 0x20 || b[3] != 0 || b[4] != 0x90 {
 		t.Fatalf("CONNACK/SUBACK: % x, %v", b, err)
@@ -245,7 +249,7 @@ func TestStalledNetworkSubscriber(t *testing.T) {
 	}
 	pub := localConnect(t, tb.Broker, "pub")
 	payload := bytes.Repeat([]byte("y"), 4096)
-	deadline := time.After(20 * time.Second)
+	deadline := time.After(testkit.Scale(20 * time.Second))
 	for i := 0; i < total; i++ {
 		if err := pub.Publish(context.Background(), fmt.Sprintf("load/%d", i%10), payload, 0, false); err != nil {
 			t.Fatal(err)
@@ -279,13 +283,13 @@ func TestStalledWindowDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read until the broker closes the connection.
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(testkit.Scale(10 * time.Second)))
 	buf := make([]byte, 4096)
 	start := time.Now()
 	for {
 		if _, err := c.Read(buf); err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.Fatal("stalled client still connected after 10s")
+				t.Fatalf("stalled client still connected after %v", testkit.Scale(10*time.Second))
 			}
 			break
 		}
@@ -300,7 +304,7 @@ func TestStalledWindowDisconnected(t *testing.T) {
 func TestSubscriptionLimit(t *testing.T) {
 	tb := startBroker(t, func(o *Options) { o.MaxSubscriptions = 3 })
 	cl, _ := lsConnect(t, mustDial(t, "tcp", tb.Addr), "many", "")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	var subs []paho.SubscribeOptions
 	for i := 0; i < 4; i++ {
@@ -317,16 +321,10 @@ func TestSubscriptionLimit(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 10 s.
+// waitFor polls cond for up to 10 s on the suite's time scale.
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 10*time.Second, what, cond)
 }
 
 // TestLocalClientIDReserved: a network client cannot take over the
@@ -335,7 +333,7 @@ func TestLocalClientIDReserved(t *testing.T) {
 	tb := startBroker(t, nil)
 	localConnect(t, tb.Broker, "fieldgate-sensors")
 	cl := paho.NewClient(paho.ClientConfig{Conn: mustDial(t, "tcp", tb.Addr)})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	ca, err := cl.Connect(ctx, &paho.Connect{ClientID: "fieldgate-sensors", KeepAlive: 30, CleanStart: true})
 	if ca == nil || ca.ReasonCode != rcClientIDInvalid {
@@ -398,7 +396,7 @@ func TestLocalClientCloseFromHandler(t *testing.T) {
 	}
 	select {
 	case <-closed:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testkit.Scale(5 * time.Second)):
 		t.Fatal("Close from a handler did not return")
 	}
 	waitFor(t, func() bool {
@@ -413,7 +411,7 @@ func TestStatsAndClients(t *testing.T) {
 	b := tb.Broker
 	c, _ := connectRaw(t, tb.Addr, 5, "stats-client", true, nil)
 	defer c.close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(5 * time.Second))
 	for len(b.Clients()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // The raw client below writes MQTT bytes by hand rather than through the
@@ -23,7 +24,7 @@ import (
 
 // wireWait bounds every wait on a raw connection: a broker that is going to
 // answer on loopback does so in microseconds, so seconds mean it never will.
-const wireWait = 3 * time.Second
+var wireWait = testkit.Scale(3 * time.Second)
 
 // CONNECT flags (3.1.1 §3.1.2.3).
 const (

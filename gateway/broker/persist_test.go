@@ -68,7 +68,7 @@ func (sb *storedBroker) stop() {
 	if sb.tb == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(10*time.Second))
 	defer cancel()
 	_ = sb.tb.Shutdown(ctx)
 	if err := sb.db.Close(); err != nil {

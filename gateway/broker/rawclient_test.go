@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -50,7 +51,7 @@ type rawEvent struct {
 // rawWait bounds every wait for a packet that should come: long enough
 // for a loaded machine running the race detector, short enough that a
 // broker that never answers fails the test quickly.
-const rawWait = 3 * time.Second
+var rawWait = testkit.Scale(3 * time.Second)
 
 // rawQuiet is how long a test watches for a packet that must not come.
 const rawQuiet = 300 * time.Millisecond

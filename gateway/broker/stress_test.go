@@ -20,6 +20,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -30,13 +31,16 @@ import (
 // in flight. After each, what the broker started for its clients must be
 // gone: goroutines, sessions, index entries and the connected count.
 
-const (
+var (
 	// stressWait bounds one wait for the broker during a storm: hundreds
 	// of clients share two cores and the race detector.
-	stressWait = 10 * time.Second
+	stressWait = testkit.Scale(10 * time.Second)
 	// scenarioWait bounds a whole scenario; one still running then is
 	// taken for a deadlock, and every goroutine's stack is printed.
-	scenarioWait = 20 * time.Second
+	scenarioWait = testkit.Scale(20 * time.Second)
+)
+
+const (
 	// goroutineSlack is how many goroutines above the starting count a
 	// test tolerates once its clients have gone: runtime and timer
 	// goroutines come and go, while a leak of one per client or per
@@ -1443,7 +1447,7 @@ func TestStressShutdownUnderLoad(t *testing.T) {
 		return n == len(checked)
 	}, "the checked clients served")
 	time.Sleep(20 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	began := time.Now()
 	if err := tb.Shutdown(ctx); err != nil {

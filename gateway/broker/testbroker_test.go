@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // testBroker is a broker on real loopback sockets for one test.
@@ -40,7 +41,7 @@ func startBroker(t testing.TB, edit func(*Options)) *testBroker {
 		t.Fatalf("broker.Start: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(10*time.Second))
 		defer cancel()
 		if err := b.Shutdown(ctx); err != nil {
 			t.Errorf("broker.Shutdown: %v", err)

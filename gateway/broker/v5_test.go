@@ -12,6 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // MQTT 5.0 conformance: CONNECT and CONNACK, sessions, keep alive,
@@ -599,7 +600,7 @@ func TestV5ShutdownDisconnects(t *testing.T) {
 	case <-time.After(rawWait):
 		t.Errorf("paho client got no DISCONNECT")
 	}
-	if nc, err := net.DialTimeout("tcp", tb.Addr, time.Second); err == nil {
+	if nc, err := net.DialTimeout("tcp", tb.Addr, testkit.Scale(time.Second)); err == nil {
 		nc.Close()
 		t.Errorf("broker still accepts connections after Shutdown")
 	}

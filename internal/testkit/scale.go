@@ -15,9 +15,10 @@ import (
 // such as 3 on a machine that other work loads.
 const ScaleEnv = "FIELDGATE_TEST_TIMESCALE"
 
-// pollEvery is how often WaitFor looks at its condition: short next to
-// any deadline, long enough that the polling itself costs nothing a
-// loaded machine would notice.
+// pollEvery is how often WaitFor looks at its condition once it has
+// waited a while: short next to any deadline, long enough that the
+// polling itself costs nothing a loaded machine would notice. It starts at
+// a millisecond, so that a condition about to hold costs no more.
 const pollEvery = 10 * time.Millisecond
 
 // factor is the product of raceFactor and ScaleEnv, read once. A value
@@ -61,10 +62,10 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 	t.Helper()
 	limit := Scale(within)
 	deadline := time.Now().Add(limit)
-	for !cond() {
+	for sleep := time.Millisecond; !cond(); sleep = min(2*sleep, pollEvery) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %v", what, limit)
 		}
-		time.Sleep(pollEvery)
+		time.Sleep(sleep)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 func (c *cache) len() int {
@@ -77,7 +79,7 @@ func TestCheckCacheSkipsBcrypt(t *testing.T) {
 		if !ok {
 			t.Error("cached password refused")
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Scale(10 * time.Second)):
 		t.Fatal("a cached check waited for a bcrypt slot")
 	}
 
@@ -158,7 +160,7 @@ func TestAuthenticatorBound(t *testing.T) {
 		if !ok {
 			t.Error("right password refused")
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Scale(10 * time.Second)):
 		t.Fatal("a password file with an Authenticator of its own waited for another's slots")
 	}
 	select {
