@@ -73,10 +73,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(allocCtx)
 	defer cancel()
-	// The browser lives as long as the context of its first action, so the
-	// time limit goes on each step's context, not on ctx.
-	deadline := time.Now().Add(30 * time.Second)
-	step := func() (context.Context, context.CancelFunc) { return context.WithDeadline(ctx, deadline) }
+	// The browser lives as long as the context of its first Run, so it
+	// starts on ctx, bounded by a timer instead, and each step of the test
+	// then has a time limit of its own on a context derived from ctx: a
+	// slow start on a loaded machine takes nothing from the steps after it.
+	limit := testkit.Scale(30 * time.Second)
+	step := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, limit) }
 	defer func() {
 		if t.Failed() {
 			t.Logf("browser output:\n%s", browserOut.String())
@@ -99,6 +101,18 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 	}); err != nil {
 		t.Fatalf("starting chromium (%s): %v", exe, err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- chromedp.Do(ctx) }()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("starting chromium (%s): %v", exe, err)
+		}
+	case <-time.After(limit):
+		cancel() // ends the start, which the goroutine then reports
+		<-started
+		t.Fatalf("chromium (%s) did not start within %v", exe, limit)
 	}
 
 	sctx, scancel := step()
@@ -184,6 +198,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	checkScreenshot(t, path, 390)
 
+	sctx, scancel = step()
+	defer scancel()
 	if err := chromedp.Do(sctx, chromedp.EmulateViewport(1000, 800)); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +213,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	// Click the pump's switch: the form posts to /outputs/pump, the
 	// gateway is asked to turn it on, and the page comes back showing it on.
+	sctx, scancel = step()
+	defer scancel()
 	if err := chromedp.Do(sctx, chromedp.Click(chromedp.CSS(`[data-output="pump"] button`))); err != nil {
 		t.Fatalf("clicking the pump's switch: %v", err)
 	}
@@ -206,8 +224,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("the click called SetOutput(%q, %v), want pump on", c.name, c.on)
 		}
 	case <-sctx.Done():
-		t.Fatal("the click did not reach SetOutput")
+		t.Fatalf("the click did not reach SetOutput within %v", limit)
 	}
+	sctx, scancel = step()
+	defer scancel()
 	if err := chromedp.Do(sctx, chromedp.WaitVisible(chromedp.CSS(`[data-output="pump"] button[aria-checked="true"]`))); err != nil {
 		t.Fatalf("the page does not show the pump on after the switch: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // epoch is the fake gateway's "now": fixed, so ages on the page are known.
@@ -170,7 +172,7 @@ func startServer(t *testing.T, addr string, src Sources) (*Server, string) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // reading is a one-sensor, one-quantity snapshot for the history.
@@ -153,7 +155,7 @@ func TestSamplerRunsOnStart(t *testing.T) {
 	s, _ := startServer(t, "", f.sources())
 	// Start samples at once; later samples come from the ticker, which a
 	// test does not wait for: it calls sample itself.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(5 * time.Second))
 	for {
 		s.hist.mu.Lock()
 		n := s.hist.ticks

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 func TestHealthz(t *testing.T) {
@@ -126,7 +128,7 @@ func TestShutdownStopsServing(t *testing.T) {
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", addr, testkit.Scale(time.Second)); err == nil {
 		c.Close()
 		t.Fatal("the port still accepts connections after Shutdown")
 	}
@@ -142,7 +144,7 @@ func TestHeaderLimits(t *testing.T) {
 	// The server answers once it has read past the limit; read the status
 	// line before it closes the connection on the rest.
 	go c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: " + strings.Repeat("a", 2*maxHeaderBytes) + "\r\n\r\n"))
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(testkit.Scale(5 * time.Second)))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		t.Fatalf("no answer to a request with %d bytes of headers: %v", 2*maxHeaderBytes, err)
@@ -218,7 +220,7 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatalf("connection %d was served while %d were open", maxConns+1, maxConns)
 	}
 	conns[0].Close()
-	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	extra.SetReadDeadline(time.Now().Add(testkit.Scale(5 * time.Second)))
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
 		t.Fatalf("connection %d was not served after a slot freed: %v", maxConns+1, err)
