@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // fakeClock is a Clock whose time moves only when a test steps it, and only
@@ -48,12 +50,12 @@ func (c *fakeClock) NewTimer(d time.Duration) Timer {
 // waitIdle blocks until no poller goroutine is working.
 func (c *fakeClock) waitIdle() {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(10 * time.Second))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.busy > 0 {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("poller still busy (%d) after 10s of real time", c.busy)
+			c.t.Fatalf("poller still busy (%d) after %v of real time", c.busy, testkit.Scale(10*time.Second))
 		}
 		c.mu.Unlock()
 		time.Sleep(100 * time.Microsecond)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/sensors/sim"
 	"periph.io/x/conn/v3/gpio"
 	"periph.io/x/conn/v3/gpio/gpiotest"
@@ -24,11 +25,12 @@ const gpioInYAML = "sensors:\n  - {name: door, kind: gpio_in, bus: gpio, address
 // require. Halt interrupts WaitForEdge when haltWakes is set, as the GPIO
 // character device's Halt does; otherwise it does nothing, like gpiotest's.
 type fakePin struct {
-	edges  chan gpio.Level
-	halted chan struct{} // closed by Halt when haltWakes; nil otherwise
-	halts  atomic.Int32
-	once   sync.Once
-	inErr  error // what In returns
+	edges   chan gpio.Level
+	halted  chan struct{} // closed by Halt when haltWakes; nil otherwise
+	halts   atomic.Int32
+	waiting atomic.Int32 // calls of WaitForEdge under way
+	once    sync.Once
+	inErr   error // what In returns
 
 	mu   sync.Mutex
 	l    gpio.Level
@@ -88,6 +90,8 @@ func (p *fakePin) Read() gpio.Level {
 // WaitForEdge takes in one edge sent on edges, or gives up after timeout
 // or Halt.
 func (p *fakePin) WaitForEdge(timeout time.Duration) bool {
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -144,7 +148,7 @@ func sendEdge(t *testing.T, p *fakePin, l gpio.Level) {
 	t.Helper()
 	select {
 	case p.edges <- l:
-	case <-time.After(2 * time.Second):
+	case <-time.After(testkit.Scale(2 * time.Second)):
 		t.Fatalf("the device did not take the edge to %s", l)
 	}
 }
@@ -180,7 +184,7 @@ func fired(w Watcher, within time.Duration) bool {
 // eventuallyReads waits up to two seconds for d to read want.
 func eventuallyReads(t *testing.T, d Device, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(2 * time.Second))
 	for {
 		got := readFirst(t, d)
 		if got == want {
@@ -414,11 +418,17 @@ func goroutineGone(t *testing.T, p *fakePin) {
 	}
 }
 
+// waitingForEdge returns once the device's goroutine waits on p.
+func waitingForEdge(t *testing.T, p *fakePin) {
+	t.Helper()
+	testkit.WaitFor(t, 2*time.Second, "the device waiting for an edge", func() bool { return p.waiting.Load() > 0 })
+}
+
 func TestGPIOInClose(t *testing.T) {
 	t.Run("halt interrupts the wait", func(t *testing.T) {
 		p := newFakePin(true)
 		d := openGPIOInForTest(t, nil, p)
-		time.Sleep(10 * time.Millisecond) // let the goroutine start waiting
+		waitingForEdge(t, p)
 		closeWithin(t, d, 200*time.Millisecond)
 		if p.halts.Load() == 0 {
 			t.Error("Close did not halt the pin")
@@ -432,7 +442,7 @@ func TestGPIOInClose(t *testing.T) {
 		t.Parallel()
 		p := newFakePin(false)
 		d := openGPIOInForTest(t, nil, p)
-		time.Sleep(10 * time.Millisecond) // let the goroutine start waiting
+		waitingForEdge(t, p)
 		closeWithin(t, d, gpioEdgeWait+500*time.Millisecond)
 		goroutineGone(t, p)
 	})
@@ -583,7 +593,7 @@ func TestGPIOInOnPeriphTestPin(t *testing.T) {
 		t.Helper()
 		select {
 		case p.EdgesChan <- l:
-		case <-time.After(2 * time.Second):
+		case <-time.After(testkit.Scale(2 * time.Second)):
 			t.Fatalf("the device did not take the edge to %s", l)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"periph.io/x/conn/v3/gpio"
 )
 
@@ -470,7 +471,7 @@ func TestPollerReadsAtOnceOnChange(t *testing.T) {
 		t.Fatalf("%d readings at start, want 1", n)
 	}
 	w.ch <- struct{}{}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(5 * time.Second))
 	for len(rec.on(topic)) < 2 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}

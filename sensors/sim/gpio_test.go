@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"periph.io/x/conn/v3/gpio"
 	"periph.io/x/conn/v3/pin"
 )
@@ -126,8 +127,8 @@ func TestSimWaitForEdge(t *testing.T) {
 		if el := time.Since(start); el < 60*time.Millisecond {
 			t.Errorf("WaitForEdge(60ms) returned after %s", el)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("WaitForEdge(60ms) still waiting after 2 s")
+	case <-time.After(testkit.Scale(2 * time.Second)):
+		t.Fatalf("WaitForEdge(60ms) still waiting after %v", testkit.Scale(2*time.Second))
 	}
 
 	// The clock jumps while waiting: the edge ends the wait.
@@ -139,7 +140,7 @@ func TestSimWaitForEdge(t *testing.T) {
 		if !got {
 			t.Error("WaitForEdge returned false for the door's flip")
 		}
-	case <-time.After(time.Second):
+	case <-time.After(testkit.Scale(time.Second)):
 		t.Fatal("WaitForEdge missed the flip")
 	}
 	for door.WaitForEdge(0) { // drain
@@ -165,7 +166,7 @@ func TestSimWaitForEdge(t *testing.T) {
 			if got {
 				t.Error("WaitForEdge returned true when stopped")
 			}
-		case <-time.After(time.Second):
+		case <-time.After(testkit.Scale(time.Second)):
 			t.Fatal("Halt or In did not end WaitForEdge")
 		}
 	}
