@@ -8,6 +8,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 )
 
@@ -53,7 +54,7 @@ bridges:
 	}
 	cloud.mu.Unlock()
 
-	c.Publish("commands/e2e/pump", 1, false, "ON").WaitTimeout(5 * time.Second)
+	c.Publish("commands/e2e/pump", 1, false, "ON").WaitTimeout(testkit.Scale(5 * time.Second))
 	cloud.wait(t, "the pump's new state upstream", func(last map[string]mqtt.Message, _ map[string]int) bool {
 		m := last["site-7/fieldgate/e2e/pump/state"]
 		return m != nil && string(m.Payload()) == "ON"
@@ -90,8 +91,8 @@ bridges:
 	atB, _ := collect(t, b.Addr(), "#")
 	startGateway(t, cfg)
 	_, local := collect(t, cfg.Listeners[0].Address)
-	local.Publish("ops/cpu", 1, false, "42").WaitTimeout(5 * time.Second)
-	local.Publish("meter/kwh", 1, false, "1234").WaitTimeout(5 * time.Second)
+	local.Publish("ops/cpu", 1, false, "42").WaitTimeout(testkit.Scale(5 * time.Second))
+	local.Publish("meter/kwh", 1, false, "1234").WaitTimeout(testkit.Scale(5 * time.Second))
 	atA.wait(t, "ops at the first upstream", func(last map[string]mqtt.Message, _ map[string]int) bool { return last["ops/cpu"] != nil })
 	atB.wait(t, "the meter at the second", func(last map[string]mqtt.Message, _ map[string]int) bool { return last["meter/kwh"] != nil })
 	time.Sleep(300 * time.Millisecond)

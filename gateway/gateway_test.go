@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 func TestRunReturnsWhenContextCancelled(t *testing.T) {
@@ -38,8 +39,8 @@ func TestRunReturnsWhenContextCancelled(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run = %v, want nil after cancel", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return within 5s of cancel")
+	case <-time.After(testkit.Scale(5 * time.Second)):
+		t.Fatalf("Run did not return within %v of cancel", testkit.Scale(5*time.Second))
 	}
 	for _, want := range []string{"gateway started", "gateway stopped"} {
 		if !strings.Contains(out.String(), want) {

@@ -10,6 +10,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 type reloadResult struct {
@@ -48,7 +49,7 @@ func TestReload(t *testing.T) {
 		select {
 		case r := <-results:
 			return r
-		case <-time.After(30 * time.Second):
+		case <-time.After(testkit.Scale(30 * time.Second)):
 			t.Fatal("no reload result")
 			return reloadResult{}
 		}
@@ -94,10 +95,10 @@ func TestReload(t *testing.T) {
 // collectWhenUp connects once the gateway listens.
 func collectWhenUp(t *testing.T, addr string, filters ...string) (*collector, mqtt.Client) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(10 * time.Second))
 	for {
 		c, err := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://"+addr).SetClientID("probe")).Connect(), error(nil)
-		if c.WaitTimeout(time.Second) && c.Error() == nil && err == nil {
+		if c.WaitTimeout(testkit.Scale(time.Second)) && c.Error() == nil && err == nil {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -13,6 +13,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 )
@@ -53,7 +54,7 @@ func startGateway(t *testing.T, cfg *config.Config) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, nil, "e2e") }()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(5 * time.Second))
 	for {
 		c, err := net.Dial("tcp", cfg.Listeners[0].Address)
 		if err == nil {
@@ -62,7 +63,7 @@ func startGateway(t *testing.T, cfg *config.Config) (stop func()) {
 		}
 		if time.Now().After(deadline) {
 			cancel()
-			t.Fatalf("gateway not listening after 5s: %v", err)
+			t.Fatalf("gateway not listening after %v: %v", testkit.Scale(5*time.Second), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -91,7 +92,7 @@ func collect(t *testing.T, addr string, filters ...string) (*collector, mqtt.Cli
 	col := &collector{last: map[string]mqtt.Message{}, n: map[string]int{}}
 	opts := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("e2e-%d", time.Now().UnixNano())).SetAutoReconnect(false)
 	c := mqtt.NewClient(opts)
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+	if tok := c.Connect(); !tok.WaitTimeout(testkit.Scale(5*time.Second)) || tok.Error() != nil {
 		t.Fatalf("connect: %v", tok.Error())
 	}
 	t.Cleanup(func() { c.Disconnect(100) })
@@ -102,7 +103,7 @@ func collect(t *testing.T, addr string, filters ...string) (*collector, mqtt.Cli
 			col.n[m.Topic()]++
 			col.mu.Unlock()
 		})
-		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		if !tok.WaitTimeout(testkit.Scale(5*time.Second)) || tok.Error() != nil {
 			t.Fatalf("subscribe %s: %v", f, tok.Error())
 		}
 	}
@@ -112,7 +113,7 @@ func collect(t *testing.T, addr string, filters ...string) (*collector, mqtt.Cli
 // wait polls until cond holds on the collected messages, or fails.
 func (c *collector) wait(t *testing.T, what string, cond func(last map[string]mqtt.Message, n map[string]int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(testkit.Scale(15 * time.Second))
 	for time.Now().Before(deadline) {
 		c.mu.Lock()
 		ok := cond(c.last, c.n)
@@ -228,10 +229,10 @@ func TestSensorsEndToEnd(t *testing.T) {
 		}
 	}
 	col.wait(t, "pump OFF at start", state0("OFF"))
-	c.Publish("fieldgate/e2e/pump/set", 1, false, "ON").WaitTimeout(5 * time.Second)
+	c.Publish("fieldgate/e2e/pump/set", 1, false, "ON").WaitTimeout(testkit.Scale(5 * time.Second))
 	col.wait(t, "pump ON after the command", state0("ON"))
-	c.Publish("fieldgate/e2e/pump/set", 1, false, "maybe").WaitTimeout(5 * time.Second)
-	c.Publish("fieldgate/e2e/pump/set", 1, false, "1").WaitTimeout(5 * time.Second)
+	c.Publish("fieldgate/e2e/pump/set", 1, false, "maybe").WaitTimeout(testkit.Scale(5 * time.Second))
+	c.Publish("fieldgate/e2e/pump/set", 1, false, "1").WaitTimeout(testkit.Scale(5 * time.Second))
 	time.Sleep(200 * time.Millisecond)
 	col.wait(t, "pump still ON", state0("ON"))
 
@@ -239,7 +240,7 @@ func TestSensorsEndToEnd(t *testing.T) {
 	col.mu.Lock()
 	before := col.n["homeassistant/switch/fieldgate_e2e/pump/config"]
 	col.mu.Unlock()
-	c.Publish("homeassistant/status", 0, false, "online").WaitTimeout(5 * time.Second)
+	c.Publish("homeassistant/status", 0, false, "online").WaitTimeout(testkit.Scale(5 * time.Second))
 	col.wait(t, "discovery republished", func(_ map[string]mqtt.Message, n map[string]int) bool {
 		return n["homeassistant/switch/fieldgate_e2e/pump/config"] > before
 	})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -365,7 +366,7 @@ func TestCommitCallbackCommits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Scale(10 * time.Second)):
 		t.Fatal("a commit from a callback never completed")
 	}
 	if m, _ := db.Retained("b"); m == nil {
@@ -395,7 +396,7 @@ func TestCommitLazy(t *testing.T) {
 				t.Logf("lazy batch applied after %v", elapsed)
 				break
 			}
-			if elapsed > delay+5*time.Second {
+			if elapsed > delay+testkit.Scale(5*time.Second) {
 				t.Fatalf("lazy batch not applied %v after its delay", elapsed)
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -403,7 +404,7 @@ func TestCommitLazy(t *testing.T) {
 		// The data shows as soon as the transaction commits, the counters
 		// a moment later: a lazy batch has no callback to wait for.
 		st := db.CommitStats()
-		for deadline := time.Now().Add(5 * time.Second); st.Commits == before.Commits && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(testkit.Scale(5 * time.Second)); st.Commits == before.Commits && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 			st = db.CommitStats()
 		}
@@ -538,7 +539,7 @@ func TestAfter(t *testing.T) {
 	select {
 	case err := <-done:
 		errIs(t, err, ErrClosed)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Scale(10 * time.Second)):
 		t.Fatal("After on a closed DB never called back")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -175,7 +176,7 @@ func probe(t *testing.T, path, want string) (out outcome, detail string) {
 	db.Commit(&b, func(err error) { done <- err })
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(testkit.Scale(20 * time.Second)):
 		t.Fatalf("%s: commit on a damaged file never completed", path)
 	}
 

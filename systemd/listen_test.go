@@ -107,11 +107,11 @@ func TestListenersInherited(t *testing.T) {
 	// The child serves one connection on each socket by writing that
 	// socket's name to it.
 	for i, addr := range addrs {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		c, err := net.DialTimeout("tcp", addr, testkit.Scale(5*time.Second))
 		if err != nil {
 			t.Fatalf("dial %s (%s): %v", names[i], addr, err)
 		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_ = c.SetDeadline(time.Now().Add(testkit.Scale(10 * time.Second)))
 		b, err := io.ReadAll(c)
 		c.Close()
 		if err != nil {
@@ -158,7 +158,7 @@ func TestListenersChild(t *testing.T) {
 	for _, name := range names {
 		l := ls[name]
 		if tl, ok := l.(*net.TCPListener); ok {
-			_ = tl.SetDeadline(time.Now().Add(15 * time.Second))
+			_ = tl.SetDeadline(time.Now().Add(testkit.Scale(15 * time.Second)))
 		}
 		c, err := l.Accept()
 		if err != nil {
