@@ -33,7 +33,7 @@ bridges:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Listeners[0].Address = freeAddr(t)
+	cfg.Listeners[0].Address = testkit.FreeAddr(t)
 	cfg.Ops.Address = ""
 	cfg.Storage.Path = t.TempDir() + "/state.db"
 	cfg.Gateway.Name = "e2e"
@@ -82,7 +82,7 @@ bridges:
   - name: billing
     address: %q
     out: [{filter: "meter/#", class: state}]
-`, t.TempDir()+"/state.db", freeAddr(t), a.Addr(), b.Addr())
+`, t.TempDir()+"/state.db", testkit.FreeAddr(t), a.Addr(), b.Addr())
 	cfg, err := config.Parse("two.yaml", []byte(doc))
 	if err != nil {
 		t.Fatal(err)

@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // TestOpsEndpoint runs the embedded default with its ops endpoint and
 // checks every endpoint over real HTTP against the running gateway.
 func TestOpsEndpoint(t *testing.T) {
 	cfg := embeddedGateway(t, t.TempDir()+"/state.db")
-	cfg.Ops.Address = freeAddr(t)
+	cfg.Ops.Address = testkit.FreeAddr(t)
 	startGateway(t, cfg)
 	col, _ := collect(t, cfg.Listeners[0].Address, "fieldgate/e2e/#")
 	col.wait(t, "a reading", func(last map[string]mqtt.Message, _ map[string]int) bool {

@@ -18,17 +18,6 @@ import (
 	"github.com/fieldgate/fieldgate/storage"
 )
 
-// freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // embeddedGateway is the embedded default configuration on a free port and
 // a temporary state file, with every interval shortened to a second.
 func embeddedGateway(t *testing.T, statePath string) *config.Config {
@@ -37,7 +26,7 @@ func embeddedGateway(t *testing.T, statePath string) *config.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Listeners[0].Address = freeAddr(t)
+	cfg.Listeners[0].Address = testkit.FreeAddr(t)
 	cfg.Ops.Address = ""
 	cfg.Storage.Path = statePath
 	cfg.Gateway.Name = "e2e"

@@ -24,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
 // badconfigCase is one broken configuration file and the problem
@@ -355,8 +356,9 @@ ops:
 `
 
 // badconfigTimeout bounds one run of the binary on a file it must refuse
-// at once; it is long only for a loaded machine.
-const badconfigTimeout = 30 * time.Second
+// at once; it is long only for a loaded machine, and on the suite's time
+// scale.
+var badconfigTimeout = testkit.Scale(30 * time.Second)
 
 // badconfigResult is what one run of the binary did.
 type badconfigResult struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -28,7 +29,7 @@ type client struct {
 // ioTimeout bounds every write and every wait for an answer that must
 // come: long for loopback, so that only a broker that is gone or stuck
 // reaches it.
-const ioTimeout = 10 * time.Second
+var ioTimeout = testkit.Scale(10 * time.Second)
 
 // sessionExpiry is what persistent clients ask for, in seconds: a day,
 // far longer than any run.

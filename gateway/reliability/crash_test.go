@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -44,7 +45,6 @@ const (
 	// waits once more when acknowledged messages are still missing, so
 	// that a pause on a loaded machine is not taken for a loss.
 	drainQuiet = time.Second
-	drainGrace = 5 * time.Second
 
 	// crashShortKills is the kill cycles of each scenario under make test:
 	// TestCrash's two runs and TestCrashBridge's outage and replay phases
@@ -57,12 +57,19 @@ const (
 	// crashBridgeName is the bridge of every crash test's gateway, as its
 	// metrics label it.
 	crashBridgeName = "cloud"
+)
+
+// Deadlines of the crash tests, on the suite's time scale.
+var (
+	// drainGrace: see drainQuiet. Only a run with messages missing waits
+	// it, so it can be generous.
+	drainGrace = testkit.Scale(5 * time.Second)
 	// crashOutboxStall is how long the last start's outbox may go without
 	// shrinking before the wait for it to empty gives up: longer than the
 	// ten seconds the bridge waits at a gap in the outbox's sequence
 	// numbers, whatever the backlog (a soak run's outage leaves a large
 	// one).
-	crashOutboxStall = 30 * time.Second
+	crashOutboxStall = testkit.Scale(30 * time.Second)
 )
 
 // crashParams returns the number of kill cycles and the seed of their
@@ -671,7 +678,7 @@ func (r *receiver) online(addr string) error {
 	}
 	defer c.close()
 	// The kill ends the connection long before the deadline.
-	err = r.receive(c, ioTimeout, time.Now().Add(time.Minute))
+	err = r.receive(c, ioTimeout, time.Now().Add(testkit.Scale(time.Minute)))
 	if err == nil {
 		err = fmt.Errorf("%s: nothing received for %s while publishers ran", r.id, ioTimeout)
 	}

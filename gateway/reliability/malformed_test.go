@@ -20,6 +20,7 @@ import (
 
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -37,14 +38,18 @@ const (
 )
 
 // Waits of the replay. A broker that answers does so within milliseconds
-// on loopback; malformedAnswerWait only bounds a broker that never will.
-// malformedOpenWait is how long a connection that sent part of a packet
-// is watched before it counts as waiting for the rest.
+// on loopback; malformedAnswerWait only bounds a broker that never will,
+// and malformedControlWait the control client's round trip, both on the
+// suite's time scale. malformedOpenWait is how long a connection that sent
+// part of a packet is watched before it counts as waiting for the rest.
+var (
+	malformedAnswerWait  = testkit.Scale(3 * time.Second)
+	malformedControlWait = testkit.Scale(5 * time.Second)
+)
+
 const (
-	malformedAnswerWait  = 3 * time.Second
-	malformedOpenWait    = 500 * time.Millisecond
-	malformedControlWait = 5 * time.Second
-	malformedDripPause   = 10 * time.Millisecond
+	malformedOpenWait  = 500 * time.Millisecond
+	malformedDripPause = 10 * time.Millisecond
 )
 
 // CONNECT flags (§3.1.2.3).
@@ -644,7 +649,7 @@ func TestMalformedReplay(t *testing.T) {
 	// Every hostile connection is closed by now; the broker must have let
 	// go of them.
 	after := g.metric("go_goroutines")
-	for end := time.Now().Add(5 * time.Second); after > goroutines+malformedGoroutineSlack && time.Now().Before(end); {
+	for end := time.Now().Add(testkit.Scale(5 * time.Second)); after > goroutines+malformedGoroutineSlack && time.Now().Before(end); {
 		time.Sleep(100 * time.Millisecond)
 		after = g.metric("go_goroutines")
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/faultproxy"
 	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -70,13 +71,18 @@ const (
 	// drained: the next fault finds the link as it runs normally.
 	outageWarm   = time.Second
 	outageSettle = 1500 * time.Millisecond
+)
+
+// Deadlines of the outage tests, on the suite's time scale. Only a run
+// with messages missing waits them out.
+var (
 	// outageQuiet: in the final drain, with the publisher stopped,
 	// nothing arriving for this long while acknowledged messages are
 	// still missing means they are not coming.
-	outageQuiet = 5 * time.Second
+	outageQuiet = testkit.Scale(5 * time.Second)
 	// outageDrainSlack is added to three times the time a backlog should
 	// take to drain at outageReplayRate: the wait for it fails past that.
-	outageDrainSlack = 20 * time.Second
+	outageDrainSlack = testkit.Scale(20 * time.Second)
 )
 
 // outageRoutes are the routes the publisher feeds, one out-route each.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,22 +16,26 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
-// Bounds on the gateway process, so that a test never hangs on it.
-const (
+// Bounds on the gateway process, so that a test never hangs on it, on
+// the suite's time scale.
+var (
 	// buildTimeout covers a cold build cache on a slow board.
-	buildTimeout = 5 * time.Minute
+	buildTimeout = testkit.Scale(5 * time.Minute)
 	// readyTimeout is how long a start may take to accept a CONNECT: it
 	// restores every queued message from the state file first, which grows
 	// over a soak run.
-	readyTimeout = 60 * time.Second
+	readyTimeout = testkit.Scale(60 * time.Second)
 	// exitTimeout is how long a killed or stopped process may take to be
 	// reaped.
-	exitTimeout = 15 * time.Second
-	// tailLines is how much of the gateway's log a failure prints.
-	tailLines = 60
+	exitTimeout = testkit.Scale(15 * time.Second)
 )
+
+// tailLines is how much of the gateway's log a failure prints.
+const tailLines = 60
 
 // configureProc sets process attributes the platform offers; on Linux the
 // gateway is killed with the test binary, should that die first.
@@ -113,8 +116,8 @@ func newGatewayYAML(t *testing.T, bin, body string) *gateway {
 		t: t, bin: bin, dir: dir,
 		cfgPath: filepath.Join(dir, "fieldgate.yaml"),
 		dbPath:  filepath.Join(dir, "state.db"),
-		addr:    freeAddr(t),
-		opsAddr: freeAddr(t),
+		addr:    testkit.FreeAddr(t),
+		opsAddr: testkit.FreeAddr(t),
 		log:     &tail{max: 256 << 10},
 	}
 	cfg := strings.NewReplacer(
@@ -132,18 +135,6 @@ func newGatewayYAML(t *testing.T, bin, body string) *gateway {
 		}
 	})
 	return g
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // start runs the gateway and returns once it has answered a CONNECT.

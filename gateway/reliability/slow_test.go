@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -66,12 +67,14 @@ const (
 
 	// slowP99 is the latency the subscribers that keep up must see.
 	slowP99 = 50 * time.Millisecond
-	// slowDrainMax bounds the wait, once the publishers are done, for the
-	// subscribers to take what is still queued for them; they are done
-	// early once none has had a message for slowQuiet.
-	slowDrainMax = 20 * time.Second
-	slowQuiet    = 2 * time.Second
+	// slowQuiet: the subscribers are done taking what is still queued for
+	// them, once the publishers are done, when none has had a message for
+	// this long.
+	slowQuiet = 2 * time.Second
 )
+
+// slowDrainMax bounds the wait for slowQuiet, on the suite's time scale.
+var slowDrainMax = testkit.Scale(20 * time.Second)
 
 // slowConfig has explicit budgets; the persistent slow subscriber's
 // queue is trimmed by dropping its oldest QoS 1 message.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/relrecord"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -66,12 +67,14 @@ const (
 	// short churn's 2,000 connections would add 1 MiB to the heap goal.
 	stormChurnHeapSlack = 1 << 20
 	stormChurnRSSSlack  = 4 << 20
-	// stormSettleMax bounds the wait for the gateway to come back to its
-	// baseline once every client is gone; its anonymous RSS has settled
-	// once it falls by less than stormStillFalling in a second.
-	stormSettleMax    = 30 * time.Second
+	// stormStillFalling: the gateway's anonymous RSS has settled once it
+	// falls by less than this in a second.
 	stormStillFalling = 256 << 10
 )
+
+// stormSettleMax bounds the wait for the gateway to come back to its
+// baseline once every client is gone, on the suite's time scale.
+var stormSettleMax = testkit.Scale(30 * time.Second)
 
 // TestConnectionStorm connects many clients at once, each subscribing
 // (one in three with a session that outlives it), drops them all (half
