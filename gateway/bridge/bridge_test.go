@@ -22,6 +22,7 @@ import (
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -98,7 +99,7 @@ func (s *site) close() {
 	s.br.Stop()
 	s.local.Close()
 	s.pub.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
 	defer cancel()
 	_ = s.b.Shutdown(ctx)
 	if err := s.db.Close(); err != nil {
