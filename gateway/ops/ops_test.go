@@ -169,7 +169,7 @@ func TestSlowHeadersAreCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	c.SetReadDeadline(time.Now().Add(readHeaderTimeout + 5*time.Second))
+	c.SetReadDeadline(time.Now().Add(readHeaderTimeout + testkit.Scale(5*time.Second)))
 	_, err = bufio.NewReader(c).ReadByte()
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatalf("the server held a connection with unfinished headers for %s", time.Since(start))

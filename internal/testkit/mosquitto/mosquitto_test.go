@@ -44,7 +44,7 @@ func TestRestart(t *testing.T) {
 		t.Fatal("session present on the first connection")
 	}
 	m.Stop()
-	if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+	if nc, err := net.DialTimeout("tcp", addr, testkit.Scale(time.Second)); err == nil {
 		nc.Close()
 		t.Fatalf("%s still accepts after Stop", addr)
 	}
@@ -68,7 +68,7 @@ func TestWipeAside(t *testing.T) {
 		if addr == m.Addr() {
 			t.Fatalf("Aside on the broker's own address %s", addr)
 		}
-		if nc, err := net.DialTimeout("tcp", m.Addr(), time.Second); err == nil {
+		if nc, err := net.DialTimeout("tcp", m.Addr(), testkit.Scale(time.Second)); err == nil {
 			nc.Close()
 			t.Fatalf("%s accepts during Aside", m.Addr())
 		}
