@@ -1447,7 +1447,10 @@ func TestStressShutdownUnderLoad(t *testing.T) {
 		return n == len(checked)
 	}, "the checked clients served")
 	time.Sleep(20 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(5*time.Second))
+	// Shutdown waits for the two checks, which take turns on one bcrypt
+	// slot: a fraction of a second each on an idle machine, several
+	// seconds each under -race on a loaded one.
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Scale(20*time.Second))
 	defer cancel()
 	began := time.Now()
 	if err := tb.Shutdown(ctx); err != nil {
