@@ -22,8 +22,9 @@ import (
 
 // cliTimeout bounds one run of a client binary, on the suite's time
 // scale; the -W given to mosquitto_sub is a little less, so that it gives
-// up on its own first.
-var cliTimeout = testkit.Scale(6 * time.Second)
+// up on its own first. A run with a password waits its turn for a bcrypt
+// check (see wireWait), hence ten seconds rather than a few.
+var cliTimeout = testkit.Scale(10 * time.Second)
 
 // cliVersions are the protocol versions the clients are run at.
 var cliVersions = []string{"mqttv311", "mqttv5"}
