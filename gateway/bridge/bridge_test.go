@@ -18,11 +18,13 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/internal/testkit/faultproxy"
+	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
+	"github.com/fieldgate/fieldgate/internal/testkit/wiretest"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -165,7 +167,7 @@ func bridgeYAML(addr string, extra string) string {
 // remapped to local subscribers, and what came down is not sent back up
 // by an out-route that also matches it.
 func TestRoutesOutAndIn(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
+	up := mosquitto.Start(t, mosquitto.Config{})
 	w := watch(t, up.Addr(), "watcher", "#", false)
 	s := newSite(t, bridgeYAML(up.Addr(), `    out:
       - {filter: "fieldgate/{device}/#", topic: "sites/{device}/{3}/{4}"}
@@ -219,7 +221,7 @@ func TestRoutesOutAndIn(t *testing.T) {
 // order per route.
 func TestOutageKeepsEverythingInOrder(t *testing.T) {
 	const k = 400
-	up := startMosquitto(t, MosquittoConfig{Persistence: true})
+	up := mosquitto.Start(t, mosquitto.Config{Persistence: true, AutosaveEvery: 1})
 	w := watch(t, up.Addr(), "watcher", "up/#", true)
 	s := newSite(t, bridgeYAML(up.Addr(), `    rate: 0
     out:
@@ -285,9 +287,9 @@ func firstSeen(s []string) []string {
 // replaced within the keepalive and acknowledgement bounds, and what was
 // published meanwhile arrives once traffic flows again.
 func TestSilentOutageIsDetected(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
+	up := mosquitto.Start(t, mosquitto.Config{})
 	w := watch(t, up.Addr(), "watcher", "up/#", false)
-	proxy := newProxy(t, up.Addr())
+	proxy := faultproxy.New(t, up.Addr())
 	s := newSite(t, fmt.Sprintf("    address: %q\n    keepalive: 1s\n    ack_timeout: 2s\n    reconnect_min: 100ms\n    reconnect_max: 500ms\n    out:\n      - {filter: \"data/#\", topic: \"up/{2}\"}\n", proxy.Addr()), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
 	before := s.br.Stats().Reconnects
@@ -311,7 +313,7 @@ func TestSilentOutageIsDetected(t *testing.T) {
 // in flight gets at most 10, and all of a burst arrive.
 func TestReceiveMaximumBoundsTheWindow(t *testing.T) {
 	const n = 300
-	up := startMosquitto(t, MosquittoConfig{MaxInflight: 10})
+	up := mosquitto.Start(t, mosquitto.Config{MaxInflight: 10})
 	w := watch(t, up.Addr(), "watcher", "up/#", false)
 	s := newSite(t, bridgeYAML(up.Addr(), "    rate: 0\n    max_inflight: 64\n    out:\n      - {filter: \"data/#\", topic: \"up/{2}\"}\n"), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
@@ -348,7 +350,7 @@ func TestReceiveMaximumBoundsTheWindow(t *testing.T) {
 // telemetry drops its oldest, alarms are refused while full and never
 // dropped, state keeps only the latest per topic.
 func TestOutboxFullByClass(t *testing.T) {
-	nowhere := "127.0.0.1:" + strconv.Itoa(upstreamtest.FreePort(t))
+	nowhere := testkit.FreeAddr(t)
 	payload := strings.Repeat("x", 200)
 
 	t.Run("telemetry", func(t *testing.T) {
@@ -429,8 +431,8 @@ func outboxEnds(t *testing.T, s *site) (first, last string) {
 // TestOutboxSurvivesRestart: what was queued when the gateway stopped is
 // sent when it starts again.
 func TestOutboxSurvivesRestart(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
-	nowhere := "127.0.0.1:" + strconv.Itoa(upstreamtest.FreePort(t))
+	up := mosquitto.Start(t, mosquitto.Config{})
+	nowhere := testkit.FreeAddr(t)
 	s := newSite(t, bridgeYAML(nowhere, "    out:\n      - {filter: \"d/#\", topic: \"up/{2}\"}\n"), "")
 	for i := range 50 {
 		if err := s.publish("d/x", strconv.Itoa(i)); err != nil {
@@ -455,7 +457,7 @@ func TestOverlappingInRoutes(t *testing.T) {
       - {filter: "cmd/#", topic: "all/{topic}"}
       - {filter: "cmd/+/relay", topic: "relays/{2}"}
 `
-	up := startMosquitto(t, MosquittoConfig{})
+	up := mosquitto.Start(t, mosquitto.Config{})
 	s := newSite(t, bridgeYAML(up.Addr(), "    protocol: \"5\"\n"+routes), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
 	var mu sync.Mutex
@@ -621,7 +623,7 @@ func TestPacer(t *testing.T) {
 // TestExpiryKeepsAlarms: past max_outbox_age telemetry is dropped and
 // counted; alarms are never dropped.
 func TestExpiryKeepsAlarms(t *testing.T) {
-	nowhere := "127.0.0.1:" + strconv.Itoa(upstreamtest.FreePort(t))
+	nowhere := testkit.FreeAddr(t)
 	s := newSite(t, bridgeYAML(nowhere, "    max_outbox_age: 1m\n    out:\n      - {filter: \"t/#\"}\n      - {filter: \"a/#\", class: alarm}\n"), "")
 	for i := range 5 {
 		if err := s.publish("t/x", strconv.Itoa(i)); err != nil {
@@ -644,7 +646,7 @@ func TestExpiryKeepsAlarms(t *testing.T) {
 // TestMemoryOnlyRoute: a QoS 0 memory-only route reaches the upstream
 // without touching the outbox on disk.
 func TestMemoryOnlyRoute(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
+	up := mosquitto.Start(t, mosquitto.Config{})
 	w := watch(t, up.Addr(), "watcher", "up/#", false)
 	s := newSite(t, bridgeYAML(up.Addr(), "    out:\n      - {filter: \"dbg/#\", topic: \"up/{2}\", qos: 0, memory_only: true}\n"), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
@@ -664,11 +666,11 @@ func TestMemoryOnlyRoute(t *testing.T) {
 // certificate and key, a server name) reach an upstream that requires a
 // client certificate.
 func TestMutualTLSFromConfig(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{TLS: true, RequireCertificate: true})
+	up := mosquitto.Start(t, mosquitto.Config{TLS: true, RequireCertificate: true})
 	w := watch(t, up.Addr(), "watcher", "up/#", false)
-	cert, key := up.ClientCertFiles()
+	pki := up.PKI()
 	tlsYAML := fmt.Sprintf("    tls: {enabled: true, ca_file: %q, cert: %q, key: %q, server_name: localhost}\n",
-		up.CAFile(), cert, key)
+		pki.CAFile, pki.ClientCert, pki.ClientKey)
 	s := newSite(t, bridgeYAML(up.TLSAddr(), tlsYAML+"    out:\n      - {filter: \"d/#\", topic: \"up/{2}\"}\n"), "")
 	waitFor(t, "the TLS link", func() bool { return s.br.Stats().State == StateConnected })
 	if err := s.publish("d/x", "over tls"); err != nil {
@@ -677,7 +679,7 @@ func TestMutualTLSFromConfig(t *testing.T) {
 	waitFor(t, "the message upstream", func() bool { return w.count("up/x") == 1 })
 
 	// Without the client certificate the upstream refuses the link.
-	s2 := newSite(t, bridgeYAML(up.TLSAddr(), fmt.Sprintf("    tls: {enabled: true, ca_file: %q}\n    out:\n      - {filter: \"d/#\"}\n", up.CAFile())), "")
+	s2 := newSite(t, bridgeYAML(up.TLSAddr(), fmt.Sprintf("    tls: {enabled: true, ca_file: %q}\n    out:\n      - {filter: \"d/#\"}\n", up.PKI().CAFile)), "")
 	waitFor(t, "the refused link", func() bool { st := s2.br.Stats(); return st.State == StateDown && st.LastError != "" })
 	if st := s2.br.Stats(); st.Reconnects != 0 {
 		t.Errorf("a link without a client certificate came up: %+v", st)
@@ -689,7 +691,7 @@ func TestMutualTLSFromConfig(t *testing.T) {
 // session is present upstream), so each arrives exactly once.
 func TestQoS2ResumesAfterSilentOutage(t *testing.T) {
 	const n = 60
-	up := startMosquitto(t, MosquittoConfig{})
+	up := mosquitto.Start(t, mosquitto.Config{})
 	var mu sync.Mutex
 	got := map[string]int{}
 	opts := mqtt.NewClientOptions().AddBroker("tcp://" + up.Addr()).SetClientID("exactly-once")
@@ -702,7 +704,7 @@ func TestQoS2ResumesAfterSilentOutage(t *testing.T) {
 	if tok := wc.Subscribe("up/#", 2, nil); !tok.WaitTimeout(upWait) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
-	proxy := newProxy(t, up.Addr())
+	proxy := faultproxy.New(t, up.Addr())
 	s := newSite(t, fmt.Sprintf("    address: %q\n    keepalive: 1s\n    ack_timeout: 2s\n    reconnect_min: 100ms\n    reconnect_max: 300ms\n    rate: 50\n    out:\n      - {filter: \"d/#\", topic: \"up/{2}\", qos: 2}\n", proxy.Addr()), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
 	// The first connection after a start is clean: a later one resumes.
@@ -736,7 +738,7 @@ func TestQoS2ResumesAfterSilentOutage(t *testing.T) {
 // TestReconfigure: a reload changes the routes of a running bridge; a
 // removed in-route is unsubscribed upstream.
 func TestReconfigure(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
+	up := mosquitto.Start(t, mosquitto.Config{})
 	w := watch(t, up.Addr(), "watcher", "#", false)
 	s := newSite(t, bridgeYAML(up.Addr(), "    out:\n      - {filter: \"d/#\", topic: \"old/{2}\"}\n    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n"), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
@@ -787,11 +789,11 @@ func TestReconfigure(t *testing.T) {
 // bridge ends up connected with the new settings, not with the link it
 // was dialling under the old ones.
 func TestReconfigureDuringDial(t *testing.T) {
-	oldUp := startMosquitto(t, MosquittoConfig{})
-	newUp := startMosquitto(t, MosquittoConfig{})
+	oldUp := mosquitto.Start(t, mosquitto.Config{})
+	newUp := mosquitto.Start(t, mosquitto.Config{})
 	wOld := watch(t, oldUp.Addr(), "watcher", "up/#", false)
 	wNew := watch(t, newUp.Addr(), "watcher", "up/#", false)
-	proxy := newProxy(t, oldUp.Addr())
+	proxy := faultproxy.New(t, oldUp.Addr())
 	proxy.HoldUpAfter(0) // the CONNECT waits in the proxy: the dial is under way
 	routes := "    out:\n      - {filter: \"d/#\", topic: \"up/{2}\"}\n"
 	s := newSite(t, bridgeYAML(proxy.Addr(), routes), "")
@@ -825,7 +827,7 @@ func TestReconfigureDuringDial(t *testing.T) {
 // test double that sends a session's backlog and never answers it.
 func TestStopDeliversHeldMessages(t *testing.T) {
 	const n = 5
-	ln, wg := upstreamtest.ListenLoopback(t)
+	ln, wg := wiretest.Listen(t)
 	acked := make(chan uint16, n)
 	wg.Add(1)
 	go func() {
@@ -843,7 +845,7 @@ func TestStopDeliversHeldMessages(t *testing.T) {
 		stream := []byte{0x20, 2, 1, 0} // CONNACK, session present
 		for i := range n {
 			pid := []byte{0, byte(i + 1)}
-			stream = append(stream, upstreamtest.Frame(0x32, upstreamtest.Str("cmd/"+strconv.Itoa(i)), pid, []byte("x"))...)
+			stream = append(stream, wiretest.Frame(0x32, wiretest.Str("cmd/"+strconv.Itoa(i)), pid, []byte("x"))...)
 		}
 		if _, err := nc.Write(stream); err != nil {
 			return

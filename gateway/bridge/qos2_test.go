@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
+	"github.com/fieldgate/fieldgate/internal/testkit/faultproxy"
+	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
+	"github.com/fieldgate/fieldgate/internal/testkit/pahotest"
+	"github.com/fieldgate/fieldgate/internal/testkit/wiretest"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -21,9 +24,9 @@ import (
 //   - an older record holding an identifier a newer one took since: the
 //     older message completed before the identifier was reused.
 func TestQoS2ResumesAcrossRestart(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
-	w := watchV5(t, up.Addr(), "watcher", "up/#", 2)
-	p := newProxy(t, up.Addr())
+	up := mosquitto.Start(t, mosquitto.Config{})
+	w := pahotest.WatchV5(t, up.Addr(), "watcher", "up/#", 2)
+	p := faultproxy.New(t, up.Addr())
 	routes := "    protocol: \"5\"\n    out:\n      - {filter: \"d/#\", topic: \"up/{2}\", qos: 2}\n"
 	s := newSite(t, bridgeYAML(p.Addr(), routes), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
@@ -36,7 +39,7 @@ func TestQoS2ResumesAcrossRestart(t *testing.T) {
 	waitFor(t, "the first message's completion", func() bool { return s.br.Stats().Depth == 0 })
 
 	// The PUBLISH passes, its PUBREC comes back, the PUBREL is held.
-	limit := p.UpSent() + int64(upstreamtest.PublishSize("up/held", len("held"), 2, 5))
+	limit := p.UpSent() + int64(wiretest.PublishSize("up/held", len("held"), 2, 5))
 	p.HoldUpAfter(limit)
 	if err := s.publish("d/held", "held"); err != nil {
 		t.Fatal(err)
@@ -121,8 +124,8 @@ func TestQoS2ResumesAcrossRestart(t *testing.T) {
 // TestQoS2NewSession: records of a session the server no longer has are
 // dropped, and their messages sent as new, once each.
 func TestQoS2NewSession(t *testing.T) {
-	up := startMosquitto(t, MosquittoConfig{})
-	w := watchV5(t, up.Addr(), "watcher", "up/#", 2)
+	up := mosquitto.Start(t, mosquitto.Config{})
+	w := pahotest.WatchV5(t, up.Addr(), "watcher", "up/#", 2)
 	routes := "    protocol: \"5\"\n    session_expiry: 0s\n    out:\n      - {filter: \"d/#\", topic: \"up/{2}\", qos: 2}\n"
 	s := newSite(t, bridgeYAML(up.Addr(), routes), "")
 	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })

@@ -4,7 +4,9 @@
 // test writes from its goroutines, a size-limited tmpfs). Its sub-packages
 // are the larger fixtures more than one package's tests need: mosquitto (a
 // real upstream broker), faultproxy (a TCP link that goes silent or is
-// cut), certs (a throwaway CA) and notifysocket (systemd's notify socket).
+// cut), certs (a throwaway CA), pahotest (Paho clients that watch and
+// feed a broker), wiretest (hand-framed packets for test doubles) and
+// notifysocket (systemd's notify socket).
 // It is imported only from _test.go files; the firmware never links it.
 //
 // A deadline is how long a test waits for something that should happen:

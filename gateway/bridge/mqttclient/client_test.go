@@ -15,24 +15,41 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/internal/testkit/faultproxy"
+	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
+	"github.com/fieldgate/fieldgate/internal/testkit/pahotest"
+	"github.com/fieldgate/fieldgate/internal/testkit/wiretest"
 )
 
 // The upstream client against a real broker (Mosquitto, from
-// upstreamtest), watched and fed by Paho clients. The one test double
-// is the 3.1.1-only server of TestClientFallback, since Mosquitto cannot
-// be told to refuse MQTT 5.
+// internal/testkit/mosquitto), watched and fed by Paho clients
+// (pahotest). The one test double is the 3.1.1-only server of
+// TestClientFallback, since Mosquitto cannot be told to refuse MQTT 5.
+
+// upWaitBase bounds every wait on the upstream in tests: far above what
+// any step takes on an idle machine. upWait is it on the suite's time
+// scale, so that a loaded machine does not fail a correct run.
+const upWaitBase = 20 * time.Second
+
+var upWait = testkit.Scale(upWaitBase)
+
+// waitFor polls cond until it holds, failing the test after upWait.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	testkit.WaitFor(t, upWaitBase, what, cond)
+}
 
 // dial connects a client with the test's generous timeouts unless o sets
 // its own, and closes it when the test ends.
 func dial(t testing.TB, o Options) *Client {
 	t.Helper()
 	if o.ConnectTimeout == 0 {
-		o.ConnectTimeout = upstreamtest.Wait
+		o.ConnectTimeout = upWait
 	}
 	if o.AckTimeout == 0 {
-		o.AckTimeout = upstreamtest.Wait
+		o.AckTimeout = upWait
 	}
 	c, err := Dial(context.Background(), o)
 	if err != nil {
@@ -58,8 +75,8 @@ func publishWait(t testing.TB, c *Client, m *Outgoing) result {
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(upstreamtest.Wait):
-		t.Fatalf("publish to %q: no done within %v", m.Topic, upstreamtest.Wait)
+	case <-time.After(upWait):
+		t.Fatalf("publish to %q: no done within %v", m.Topic, upWait)
 		return result{}
 	}
 }
@@ -109,7 +126,7 @@ func (b *inbox) len() int {
 }
 
 func TestClientConnectV5Info(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	m := mosquitto.Start(t, mosquitto.Config{})
 	c := dial(t, Options{Address: m.Addr(), Protocol: 0, KeepAlive: 30 * time.Second, MaxInflight: 5})
 	info := c.Info()
 	t.Logf("Mosquitto's CONNACK: %+v", info)
@@ -164,7 +181,7 @@ type fake311 struct {
 
 func startFake311(t *testing.T, mode string) *fake311 {
 	t.Helper()
-	ln, wg := upstreamtest.ListenLoopback(t)
+	ln, wg := wiretest.Listen(t)
 	f := &fake311{ln: ln}
 	wg.Add(1)
 	go func() {
@@ -186,7 +203,7 @@ func startFake311(t *testing.T, mode string) *fake311 {
 }
 
 func (f *fake311) serve(nc net.Conn, mode string) {
-	_ = nc.SetDeadline(time.Now().Add(upstreamtest.Wait))
+	_ = nc.SetDeadline(time.Now().Add(upWait))
 	r := bufio.NewReader(nc)
 	fh, body, err := mqttwire.ReadPacket(r, 0, nil)
 	if err != nil || fh.Type != 1 || len(body) < 7 {
@@ -242,7 +259,7 @@ func TestClientFallback(t *testing.T) {
 	}
 	t.Run("Protocol 5 does not fall back", func(t *testing.T) {
 		f := startFake311(t, "return code 1")
-		_, err := Dial(context.Background(), Options{Address: f.ln.Addr().String(), ClientID: "fb", Protocol: 5, ConnectTimeout: upstreamtest.Wait})
+		_, err := Dial(context.Background(), Options{Address: f.ln.Addr().String(), ClientID: "fb", Protocol: 5, ConnectTimeout: upWait})
 		var re *RefusedError
 		if !errors.Is(err, ErrRefused) || !errors.As(err, &re) || re.Code != 1 {
 			t.Fatalf("err %v, want a refusal with return code 1", err)
@@ -257,7 +274,7 @@ func TestClientFallback(t *testing.T) {
 }
 
 func TestClientUserPassword(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{DenyAnonymous: true, Users: map[string]string{"gw": "s3cret"}})
+	m := mosquitto.Start(t, mosquitto.Config{DenyAnonymous: true, Users: map[string]string{"gw": "s3cret"}})
 	for _, v := range []byte{5, 4} {
 		t.Run(versionName(v), func(t *testing.T) {
 			c := dial(t, Options{Address: m.Addr(), Protocol: v, ClientID: "pw", Username: "gw", Password: []byte("s3cret")})
@@ -268,7 +285,7 @@ func TestClientUserPassword(t *testing.T) {
 				{Username: "gw", Password: []byte("wrong")},
 				{}, // anonymous
 			} {
-				bad.Address, bad.Protocol, bad.ClientID, bad.ConnectTimeout = m.Addr(), v, "pw-bad", upstreamtest.Wait
+				bad.Address, bad.Protocol, bad.ClientID, bad.ConnectTimeout = m.Addr(), v, "pw-bad", upWait
 				_, err := Dial(context.Background(), bad)
 				var re *RefusedError
 				if !errors.As(err, &re) || !errors.Is(err, ErrRefused) {
@@ -290,7 +307,7 @@ func TestClientUserPassword(t *testing.T) {
 }
 
 func TestClientTLS(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{TLS: true})
+	m := mosquitto.Start(t, mosquitto.Config{TLS: true})
 	t.Run("CA file and server name", func(t *testing.T) {
 		c := dial(t, Options{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", false), ClientID: "tls"})
 		if r := publishWait(t, c, &Outgoing{Topic: "tls/x", QoS: 1, Payload: []byte("over tls")}); r.err != nil || r.reason >= 0x80 {
@@ -302,7 +319,7 @@ func TestClientTLS(t *testing.T) {
 		dial(t, Options{Address: m.TLSAddr(), TLS: m.ClientTLS("", false), ClientID: "tls-ip"})
 	})
 	t.Run("wrong server name", func(t *testing.T) {
-		_, err := Dial(context.Background(), Options{Address: m.TLSAddr(), TLS: m.ClientTLS("broker.example", false), ClientID: "tls-bad", ConnectTimeout: upstreamtest.Wait})
+		_, err := Dial(context.Background(), Options{Address: m.TLSAddr(), TLS: m.ClientTLS("broker.example", false), ClientID: "tls-bad", ConnectTimeout: upWait})
 		if err == nil || !strings.Contains(err.Error(), "TLS handshake") {
 			t.Fatalf("err %v, want a TLS handshake failure for a name the certificate lacks", err)
 		}
@@ -316,13 +333,13 @@ func TestClientTLS(t *testing.T) {
 }
 
 func TestClientMutualTLS(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{TLS: true, RequireCertificate: true})
+	m := mosquitto.Start(t, mosquitto.Config{TLS: true, RequireCertificate: true})
 	c := dial(t, Options{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", true), ClientID: "mtls"})
 	if r := publishWait(t, c, &Outgoing{Topic: "mtls/x", QoS: 2}); r.err != nil || r.reason >= 0x80 {
 		t.Fatalf("publish over mutual TLS: %v, reason 0x%02X", r.err, r.reason)
 	}
 	for _, p := range []byte{5, 0} {
-		_, err := Dial(context.Background(), Options{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", false), ClientID: "no-cert", Protocol: p, ConnectTimeout: upstreamtest.Wait})
+		_, err := Dial(context.Background(), Options{Address: m.TLSAddr(), TLS: m.ClientTLS("localhost", false), ClientID: "no-cert", Protocol: p, ConnectTimeout: upWait})
 		if err == nil {
 			t.Fatalf("Protocol %d: a client without a certificate connected where one is required", p)
 		}
@@ -331,8 +348,8 @@ func TestClientMutualTLS(t *testing.T) {
 }
 
 func TestClientPublishQoS(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "pub/#", 2)
+	m := mosquitto.Start(t, mosquitto.Config{})
+	w := pahotest.WatchV5(t, m.Addr(), "watcher", "pub/#", 2)
 	c := dial(t, Options{Address: m.Addr(), ClientID: "pub", KeepAlive: 30 * time.Second})
 	for qos := byte(0); qos <= 2; qos++ {
 		payload := fmt.Appendf(nil, "payload at QoS %d", qos)
@@ -363,8 +380,8 @@ func TestClientPublishQoS(t *testing.T) {
 // TestClientWindow publishes 100 QoS 1 messages as fast as Publish takes
 // them to a Mosquitto whose Receive Maximum is 10.
 func TestClientWindow(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{MaxInflight: 10})
-	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "win/#", 1)
+	m := mosquitto.Start(t, mosquitto.Config{MaxInflight: 10})
+	w := pahotest.WatchV5(t, m.Addr(), "watcher", "win/#", 1)
 	c := dial(t, Options{Address: m.Addr(), ClientID: "win", MaxInflight: 1000})
 	if c.Info().ReceiveMaximum != 10 || c.Window() != 10 {
 		t.Fatalf("Receive Maximum %d, Window %d; want 10 and 10", c.Info().ReceiveMaximum, c.Window())
@@ -382,8 +399,8 @@ func TestClientWindow(t *testing.T) {
 			full++
 			select {
 			case <-freed:
-			case <-time.After(upstreamtest.Wait):
-				t.Fatalf("window full and no PUBACK within %v", upstreamtest.Wait)
+			case <-time.After(upWait):
+				t.Fatalf("window full and no PUBACK within %v", upWait)
 			}
 			continue
 		}
@@ -399,7 +416,7 @@ func TestClientWindow(t *testing.T) {
 			if r.err != nil || r.reason >= 0x80 {
 				t.Fatalf("done(%v, 0x%02X)", r.err, r.reason)
 			}
-		case <-time.After(upstreamtest.Wait):
+		case <-time.After(upWait):
 			t.Fatal("not every publish completed")
 		}
 	}
@@ -415,7 +432,7 @@ func TestClientWindow(t *testing.T) {
 }
 
 func TestClientSubscriptionIDs(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	m := mosquitto.Start(t, mosquitto.Config{})
 	var in inbox
 	c := dial(t, Options{Address: m.Addr(), ClientID: "sid", OnMessage: in.add})
 	reasons, err := c.Subscribe(context.Background(), []Subscription{
@@ -429,13 +446,13 @@ func TestClientSubscriptionIDs(t *testing.T) {
 	if !slices.Equal(reasons, []byte{1, 2, 0}) {
 		t.Fatalf("SUBACK reasons % X, want 01 02 00", reasons)
 	}
-	pub := upstreamtest.PahoV5(t, m.Addr(), "sid-pub", nil)
+	pub := pahotest.Connect(t, m.Addr(), "sid-pub", nil)
 
 	// sid/a/x matches both filters: the identifiers of both must come,
 	// in one PUBLISH or one each.
-	upstreamtest.PahoPublish(t, pub, "sid/a/x", 1, []byte("both"))
+	pahotest.Publish(t, pub, "sid/a/x", 1, []byte("both"))
 	ids := map[int]bool{}
-	upstreamtest.WaitFor(t, "identifiers 1 and 2 for sid/a/x", func() bool {
+	waitFor(t, "identifiers 1 and 2 for sid/a/x", func() bool {
 		clear(ids)
 		for _, m := range in.all() {
 			for _, id := range m.SubIDs {
@@ -455,9 +472,9 @@ func TestClientSubscriptionIDs(t *testing.T) {
 		t.Errorf("identifiers %v, want only 1 and 2", ids)
 	}
 
-	upstreamtest.PahoPublish(t, pub, "sid/b", 1, []byte("one"))
-	upstreamtest.PahoPublish(t, pub, "plain/c", 1, []byte("none"))
-	upstreamtest.WaitFor(t, "two more messages", func() bool { return in.len() == copies+2 })
+	pahotest.Publish(t, pub, "sid/b", 1, []byte("one"))
+	pahotest.Publish(t, pub, "plain/c", 1, []byte("none"))
+	waitFor(t, "two more messages", func() bool { return in.len() == copies+2 })
 	got := in.all()[copies:]
 	if got[0].Topic != "sid/b" || !slices.Equal(got[0].SubIDs, []int{1}) {
 		t.Errorf("sid/b came with identifiers %v, want [1]", got[0].SubIDs)
@@ -469,9 +486,9 @@ func TestClientSubscriptionIDs(t *testing.T) {
 	if err := c.Unsubscribe(context.Background(), []string{"sid/#", "sid/+/x", "never/subscribed"}); err != nil {
 		t.Fatalf("unsubscribe: %v", err)
 	}
-	upstreamtest.PahoPublish(t, pub, "plain/after", 1, nil)
-	upstreamtest.PahoPublish(t, pub, "sid/after", 1, nil)
-	upstreamtest.WaitFor(t, "plain/after", func() bool { return in.len() == copies+3 })
+	pahotest.Publish(t, pub, "plain/after", 1, nil)
+	pahotest.Publish(t, pub, "sid/after", 1, nil)
+	waitFor(t, "plain/after", func() bool { return in.len() == copies+3 })
 	time.Sleep(200 * time.Millisecond)
 	for _, m := range in.all()[copies+2:] {
 		if strings.HasPrefix(m.Topic, "sid/") {
@@ -481,7 +498,7 @@ func TestClientSubscriptionIDs(t *testing.T) {
 }
 
 func TestClientInbound(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	m := mosquitto.Start(t, mosquitto.Config{})
 	var in inbox
 	var inHandler atomic.Int32
 	c := dial(t, Options{Address: m.Addr(), ClientID: "in", OnMessage: func(m *Incoming) {
@@ -495,13 +512,13 @@ func TestClientInbound(t *testing.T) {
 	if _, err := c.Subscribe(context.Background(), []Subscription{{Filter: "in/#", QoS: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	pub := upstreamtest.PahoV5(t, m.Addr(), "in-pub", nil)
+	pub := pahotest.Connect(t, m.Addr(), "in-pub", nil)
 	for i := range 5 {
-		upstreamtest.PahoPublish(t, pub, fmt.Sprintf("in/q1/%d", i), 1, []byte("one"))
-		upstreamtest.PahoPublish(t, pub, fmt.Sprintf("in/q2/%d", i), 2, []byte("two"))
+		pahotest.Publish(t, pub, fmt.Sprintf("in/q1/%d", i), 1, []byte("one"))
+		pahotest.Publish(t, pub, fmt.Sprintf("in/q2/%d", i), 2, []byte("two"))
 	}
-	upstreamtest.WaitFor(t, "ten messages", func() bool { return in.len() >= 10 })
-	upstreamtest.WaitFor(t, "every PUBREL", func() bool { return c.received.Len() == 0 })
+	waitFor(t, "ten messages", func() bool { return in.len() >= 10 })
+	waitFor(t, "every PUBREL", func() bool { return c.received.Len() == 0 })
 	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
 	got := in.all()
 	if len(got) != 10 {
@@ -525,8 +542,8 @@ func TestClientInbound(t *testing.T) {
 func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 	for _, shared := range []bool{true, false} {
 		t.Run(fmt.Sprintf("shared %t", shared), func(t *testing.T) {
-			m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-			p := upstreamtest.NewProxy(t, m.Addr())
+			m := mosquitto.Start(t, mosquitto.Config{})
+			p := faultproxy.New(t, m.Addr())
 			var count atomic.Int32
 			onMsg := func(*Incoming) {
 				if count.Add(1) == 1 {
@@ -539,8 +556,8 @@ func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 			if _, err := a.Subscribe(context.Background(), []Subscription{{Filter: "q2/#", QoS: 2}}); err != nil {
 				t.Fatal(err)
 			}
-			upstreamtest.PahoPublish(t, upstreamtest.PahoV5(t, m.Addr(), "q2-pub", nil), "q2/x", 2, []byte("once"))
-			upstreamtest.WaitFor(t, "PUBREC recorded", func() bool { return recv.Len() == 1 })
+			pahotest.Publish(t, pahotest.Connect(t, m.Addr(), "q2-pub", nil), "q2/x", 2, []byte("once"))
+			waitFor(t, "PUBREC recorded", func() bool { return recv.Len() == 1 })
 			a.Close()
 
 			o.Address = m.Addr()
@@ -551,7 +568,7 @@ func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 			if !b.Info().SessionPresent {
 				t.Fatal("no session on reconnect")
 			}
-			upstreamtest.WaitFor(t, "the PUBREL", func() bool { return o.Received.Len() == 0 && count.Load() >= 1 })
+			waitFor(t, "the PUBREL", func() bool { return o.Received.Len() == 0 && count.Load() >= 1 })
 			time.Sleep(300 * time.Millisecond)
 			want := int32(1)
 			if !shared {
@@ -565,8 +582,8 @@ func TestClientInboundQoS2AcrossReconnect(t *testing.T) {
 }
 
 func TestClientKeepAlive(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	p := upstreamtest.NewProxy(t, m.Addr())
+	m := mosquitto.Start(t, mosquitto.Config{})
+	p := faultproxy.New(t, m.Addr())
 	c := dial(t, Options{Address: p.Addr(), ClientID: "ka", KeepAlive: time.Second, AckTimeout: 5 * time.Second})
 	before := p.UpSent()
 	// Mosquitto drops a client silent for 1.5 keep alive periods; 2.0.11
@@ -582,13 +599,13 @@ func TestClientKeepAlive(t *testing.T) {
 }
 
 func TestClientHalfOpenPing(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	p := upstreamtest.NewProxy(t, m.Addr())
+	m := mosquitto.Start(t, mosquitto.Config{})
+	p := faultproxy.New(t, m.Addr())
 	const ka, ackTimeout = time.Second, time.Second
 	c := dial(t, Options{Address: p.Addr(), ClientID: "ho", KeepAlive: ka, AckTimeout: ackTimeout})
 	start := time.Now()
 	p.Freeze()
-	waitDone(t, c, upstreamtest.Wait)
+	waitDone(t, c, upWait)
 	took := time.Since(start)
 	if !errors.Is(c.Err(), ErrHalfOpen) || !strings.Contains(c.Err().Error(), "PINGRESP") {
 		t.Fatalf("Err %v, want ErrHalfOpen naming PINGRESP", c.Err())
@@ -605,8 +622,8 @@ func TestClientHalfOpenPing(t *testing.T) {
 }
 
 func TestClientHalfOpenWrite(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	p := upstreamtest.NewProxy(t, m.Addr())
+	m := mosquitto.Start(t, mosquitto.Config{})
+	p := faultproxy.New(t, m.Addr())
 	c := dial(t, Options{Address: p.Addr(), ClientID: "how", AckTimeout: time.Second})
 	p.Freeze()
 	payload := make([]byte, 64<<10)
@@ -631,7 +648,7 @@ func TestClientHalfOpenWrite(t *testing.T) {
 			break
 		}
 	}
-	waitDone(t, c, upstreamtest.Wait)
+	waitDone(t, c, upWait)
 	if !errors.Is(c.Err(), ErrHalfOpen) {
 		t.Fatalf("Err %v, want ErrHalfOpen", c.Err())
 	}
@@ -642,14 +659,14 @@ func TestClientHalfOpenWrite(t *testing.T) {
 }
 
 func TestClientServerStop(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
+	m := mosquitto.Start(t, mosquitto.Config{})
 	clients := map[byte]*Client{}
 	for _, v := range []byte{5, 4} {
 		clients[v] = dial(t, Options{Address: m.Addr(), Protocol: v, ClientID: fmt.Sprintf("stop%d", v), KeepAlive: 30 * time.Second})
 	}
 	m.Stop()
 	for v, c := range clients {
-		waitDone(t, c, upstreamtest.Wait)
+		waitDone(t, c, upWait)
 		err := c.Err()
 		if err == nil || errors.Is(err, ErrHalfOpen) || errors.Is(err, ErrClosed) {
 			t.Errorf("%s: Err %v, want the server's end of the connection", versionName(v), err)
@@ -671,16 +688,16 @@ func TestClientServerStop(t *testing.T) {
 // QoS 2 message that had its PUBREC released with Release. The watcher
 // must get every message, the QoS 2 ones once.
 func TestClientResend(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "re/#", 2)
-	p := upstreamtest.NewProxy(t, m.Addr())
+	m := mosquitto.Start(t, mosquitto.Config{})
+	w := pahotest.WatchV5(t, m.Addr(), "watcher", "re/#", 2)
+	p := faultproxy.New(t, m.Addr())
 	o := Options{Address: p.Addr(), ClientID: "re", SessionExpiry: time.Hour}
 	a := dial(t, o)
 
 	// The QoS 2 message whose PUBREL is held: the proxy passes exactly
 	// its PUBLISH, and the PUBREC comes back.
 	rel := &Outgoing{Topic: "re/rel", QoS: 2, Payload: []byte("released")}
-	limit := p.UpSent() + int64(upstreamtest.PublishSize(rel.Topic, len(rel.Payload), rel.QoS, 5))
+	limit := p.UpSent() + int64(wiretest.PublishSize(rel.Topic, len(rel.Payload), rel.QoS, 5))
 	p.HoldUpAfter(limit)
 	relDone := make(chan result, 1)
 	relPID, err := a.Publish(rel, func(err error, reason byte) { relDone <- result{err, reason} })
@@ -689,7 +706,7 @@ func TestClientResend(t *testing.T) {
 	}
 	// Nothing else goes up (no keep alive): what is held past the
 	// PUBLISH is the PUBREL.
-	upstreamtest.WaitFor(t, "the PUBREL held in the proxy", func() bool { return p.UpSent() == limit && p.Held() >= 4 })
+	waitFor(t, "the PUBREL held in the proxy", func() bool { return p.UpSent() == limit && p.Held() >= 4 })
 
 	p.Freeze()
 	type pending struct {
@@ -773,11 +790,11 @@ drain:
 }
 
 func TestClientServerLimits(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{
+	m := mosquitto.Start(t, mosquitto.Config{
 		Global:   []string{"max_packet_size 2000", "retain_available false"},
 		Listener: []string{"max_qos 1"},
 	})
-	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "lim/#", 2)
+	w := pahotest.WatchV5(t, m.Addr(), "watcher", "lim/#", 2)
 	c := dial(t, Options{Address: m.Addr(), ClientID: "lim"})
 	info := c.Info()
 	if info.MaxQoS != 1 || info.RetainAvailable || info.MaxPacketSize != 2000 {
@@ -809,8 +826,8 @@ func TestClientServerLimits(t *testing.T) {
 }
 
 func TestClientV311(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	w := upstreamtest.WatchV311(t, m.Addr(), "watcher311", "v3/out/#", 2)
+	m := mosquitto.Start(t, mosquitto.Config{})
+	w := pahotest.WatchV311(t, m.Addr(), "watcher311", "v3/out/#", 2)
 	var in inbox
 	c := dial(t, Options{Address: m.Addr(), Protocol: 4, ClientID: "v3", KeepAlive: 30 * time.Second, OnMessage: in.add})
 	if _, err := c.Subscribe(context.Background(), []Subscription{{Filter: "v3/in/#", QoS: 2, ID: 7}}); err == nil {
@@ -830,11 +847,11 @@ func TestClientV311(t *testing.T) {
 		}
 	}
 	for qos := byte(1); qos <= 2; qos++ {
-		if tok := w.Publish(fmt.Sprintf("v3/in/%d", qos), qos, false, "in"); !tok.WaitTimeout(upstreamtest.Wait) || tok.Error() != nil {
+		if tok := w.Publish(fmt.Sprintf("v3/in/%d", qos), qos, false, "in"); !tok.WaitTimeout(upWait) || tok.Error() != nil {
 			t.Fatalf("paho publish: %v", tok.Error())
 		}
 	}
-	upstreamtest.WaitFor(t, "two inbound messages", func() bool { return in.len() == 2 })
+	waitFor(t, "two inbound messages", func() bool { return in.len() == 2 })
 	for _, m := range in.all() {
 		if m.Props != nil || m.SubIDs != nil {
 			t.Errorf("3.1.1 message %s with MQTT 5 fields", m.Topic)
@@ -846,8 +863,8 @@ func TestClientV311(t *testing.T) {
 }
 
 func TestClientClose(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	p := upstreamtest.NewProxy(t, m.Addr())
+	m := mosquitto.Start(t, mosquitto.Config{})
+	p := faultproxy.New(t, m.Addr())
 	c := dial(t, Options{Address: p.Addr(), ClientID: "close"})
 	p.Freeze()
 	d := make(chan result, 1)
@@ -881,8 +898,8 @@ func TestClientClose(t *testing.T) {
 // TestClientSubscribeContext gives up waiting for a SUBACK that the frozen
 // proxy holds, and the watchdog then ends the connection.
 func TestClientSubscribeContext(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	p := upstreamtest.NewProxy(t, m.Addr())
+	m := mosquitto.Start(t, mosquitto.Config{})
+	p := faultproxy.New(t, m.Addr())
 	c := dial(t, Options{Address: p.Addr(), ClientID: "subctx", AckTimeout: 2 * time.Second})
 	p.Freeze()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -890,7 +907,7 @@ func TestClientSubscribeContext(t *testing.T) {
 	if _, err := c.Subscribe(ctx, []Subscription{{Filter: "a/#"}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Subscribe: %v, want the context's deadline", err)
 	}
-	waitDone(t, c, upstreamtest.Wait)
+	waitDone(t, c, upWait)
 	if err := c.Err(); !errors.Is(err, ErrHalfOpen) || !strings.Contains(err.Error(), "SUBACK") {
 		t.Fatalf("Err %v, want ErrHalfOpen naming the SUBACK", err)
 	}
@@ -909,7 +926,7 @@ func TestClientDialOptions(t *testing.T) {
 		}
 	}
 	// A frozen link: the TCP connection opens, the CONNECT goes nowhere.
-	p := upstreamtest.NewProxy(t, upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{}).Addr())
+	p := faultproxy.New(t, mosquitto.Start(t, mosquitto.Config{}).Addr())
 	p.Freeze()
 	start := time.Now()
 	_, err = Dial(context.Background(), Options{Address: p.Addr(), ConnectTimeout: 500 * time.Millisecond})
@@ -918,7 +935,7 @@ func TestClientDialOptions(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
-	_, err = Dial(ctx, Options{Address: p.Addr(), ConnectTimeout: upstreamtest.Wait})
+	_, err = Dial(ctx, Options{Address: p.Addr(), ConnectTimeout: upWait})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled Dial: %v, want context.Canceled", err)
 	}
@@ -930,9 +947,9 @@ func TestClientDialOptions(t *testing.T) {
 // TestClientWill checks that the will reaches a watcher when the link
 // dies without DISCONNECT.
 func TestClientWill(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	w := upstreamtest.WatchV5(t, m.Addr(), "watcher", "will/#", 1)
-	p := upstreamtest.NewProxy(t, m.Addr())
+	m := mosquitto.Start(t, mosquitto.Config{})
+	w := pahotest.WatchV5(t, m.Addr(), "watcher", "will/#", 1)
+	p := faultproxy.New(t, m.Addr())
 	dial(t, Options{Address: p.Addr(), ClientID: "will", KeepAlive: 30 * time.Second, Will: &Will{Topic: "will/gw", Payload: []byte("offline"), QoS: 1}})
 	p.Close() // the link dies without a DISCONNECT
 	if got := w.Next(t); got.Topic != "will/gw" || string(got.Payload) != "offline" {
@@ -945,10 +962,10 @@ func TestClientWill(t *testing.T) {
 // shutdown or takeover), and Publish avoids those, so the test slips a
 // QoS 2 PUBLISH past Publish's downgrade onto a max_qos 1 listener.
 func TestClientServerDisconnect(t *testing.T) {
-	m := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{Listener: []string{"max_qos 1"}})
+	m := mosquitto.Start(t, mosquitto.Config{Listener: []string{"max_qos 1"}})
 	c := dial(t, Options{Address: m.Addr(), ClientID: "faulty"})
 	c.q.push(outPacket{b: []byte{0x34, 6, 0, 1, 'a', 0, 1, 0}}, false) // QoS 2, packet id 1, no properties
-	waitDone(t, c, upstreamtest.Wait)
+	waitDone(t, c, upWait)
 	var de *DisconnectError
 	if !errors.As(c.Err(), &de) || de.Code != 0x9B || !strings.Contains(c.Err().Error(), packets.ErrQosNotSupported.Reason) {
 		t.Fatalf("Err %v, want the server's DISCONNECT naming 0x9B, QoS not supported", c.Err())
@@ -959,8 +976,8 @@ func TestClientServerDisconnect(t *testing.T) {
 // TestClientHeldRelease: with OnPubrec the PUBREL waits for ReleaseHeld;
 // reserved identifiers take places in the window.
 func TestClientHeldRelease(t *testing.T) {
-	up := upstreamtest.StartMosquitto(t, upstreamtest.MosquittoConfig{})
-	w := upstreamtest.WatchV5(t, up.Addr(), "watcher", "h/#", 2)
+	up := mosquitto.Start(t, mosquitto.Config{})
+	w := pahotest.WatchV5(t, up.Addr(), "watcher", "h/#", 2)
 	recs := make(chan uint16, 4)
 	c := dial(t, Options{Address: up.Addr(), ClientID: "held", MaxInflight: 3, OnPubrec: func(pid uint16) { recs <- pid }})
 
@@ -994,7 +1011,7 @@ func TestClientHeldRelease(t *testing.T) {
 	var got uint16
 	select {
 	case got = <-recs:
-	case <-time.After(upstreamtest.Wait):
+	case <-time.After(upWait):
 		t.Fatal("no PUBREC")
 	}
 	if got != r1 {

@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/bridge/upstreamtest"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/internal/testkit/wiretest"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
 // fuzzWait bounds every wait of the fuzz targets: on loopback the client
 // needs milliseconds, so seconds mean it never will.
-const fuzzWait = 5 * time.Second
+var fuzzWait = testkit.Scale(5 * time.Second)
 
 // fuzzServerWait is how long the fake upstream waits for the client's
 // publishes and SUBSCRIBE before it sends the rest of its stream.
@@ -40,11 +41,11 @@ func FuzzClientStream(f *testing.F) {
 	connack5 := []byte{0x20, 3, 0, 0, 0}
 	connack3 := []byte{0x20, 2, 0, 0}
 	publish := func(flags byte, topic string, pid uint16, props []byte, payload string) []byte {
-		parts := [][]byte{upstreamtest.Str(topic)}
+		parts := [][]byte{wiretest.Str(topic)}
 		if flags&6 != 0 {
 			parts = append(parts, []byte{byte(pid >> 8), byte(pid)})
 		}
-		return upstreamtest.Frame(0x30|flags, append(parts, props, []byte(payload))...)
+		return wiretest.Frame(0x30|flags, append(parts, props, []byte(payload))...)
 	}
 	join := func(v byte, pkts ...[]byte) []byte { return append([]byte{v}, bytes.Join(pkts, nil)...) }
 	f.Add(join(0, connack5))
@@ -71,7 +72,7 @@ func FuzzClientStream(f *testing.F) {
 	f.Add(join(0, []byte{0x20, 3, 0, 0x87, 0}))
 	f.Add(join(0, []byte{0x20, 3, 0, 0x01, 0}))
 	f.Add(join(1, []byte{0x20, 2, 0, 5}))
-	f.Add(join(0, upstreamtest.Frame(0x20, []byte{1, 0}, []byte{13, 0x27, 0, 0, 0, 32, 0x13, 0, 1, 0x12}, upstreamtest.Str("id")[:2])))
+	f.Add(join(0, wiretest.Frame(0x20, []byte{1, 0}, []byte{13, 0x27, 0, 0, 0, 32, 0x13, 0, 1, 0x12}, wiretest.Str("id")[:2])))
 	// Broken streams: a PUBLISH with a topic alias, with a wildcard, QoS 1
 	// without an id, a PUBACK cut short, a reserved type, a 5-byte length,
 	// a DISCONNECT with a reason string.
@@ -81,7 +82,7 @@ func FuzzClientStream(f *testing.F) {
 	f.Add(join(0, connack5, []byte{0x40, 1, 0}))
 	f.Add(join(0, connack5, []byte{0x00, 0}))
 	f.Add(join(0, connack5, []byte{0x30, 0x80, 0x80, 0x80, 0x80, 0x01}))
-	f.Add(join(0, connack5, upstreamtest.Frame(0xE0, []byte{0x97}, []byte{5, 0x1F}, upstreamtest.Str("no"))))
+	f.Add(join(0, connack5, wiretest.Frame(0xE0, []byte{0x97}, []byte{5, 0x1F}, wiretest.Str("no"))))
 	f.Add(join(1, connack3, []byte{0xE0, 0}))
 	f.Add(join(0, []byte{0x30, 0}))
 

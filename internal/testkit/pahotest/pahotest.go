@@ -1,4 +1,10 @@
-package upstreamtest
+// Package pahotest connects Eclipse Paho clients, an MQTT implementation
+// not ours, to a broker under test or an upstream: watchers that
+// subscribe and hand over every message they get (MQTT 5 and 3.1.1), and
+// a plain MQTT 5 client that publishes and waits for the acknowledgement.
+// Each disconnects when the test ends. Every wait is bounded by Wait on
+// the suite's time scale.
+package pahotest
 
 import (
 	"context"
@@ -8,9 +14,14 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
-// V5Watcher is a Paho MQTT 5 client that watches the upstream: every
+// Wait bounds every wait on the broker: far above what any step takes on
+// an idle machine, on the suite's time scale.
+var Wait = testkit.Scale(20 * time.Second)
+
+// V5Watcher is a Paho MQTT 5 client that watches a broker: every
 // PUBLISH it gets arrives on Msgs.
 type V5Watcher struct {
 	*paho.Client
@@ -22,7 +33,7 @@ type V5Watcher struct {
 func WatchV5(t testing.TB, addr, id, filter string, qos byte) *V5Watcher {
 	t.Helper()
 	w := &V5Watcher{Msgs: make(chan *paho.Publish, 4096)}
-	w.Client = PahoV5(t, addr, id, func(pr paho.PublishReceived) (bool, error) {
+	w.Client = Connect(t, addr, id, func(pr paho.PublishReceived) (bool, error) {
 		w.Msgs <- pr.Packet
 		return true, nil
 	})
@@ -51,9 +62,9 @@ func (w *V5Watcher) Next(t testing.TB) *paho.Publish {
 	}
 }
 
-// PahoV5 connects a Paho MQTT 5 client to addr, with onPublish for what
+// Connect connects a Paho MQTT 5 client to addr, with onPublish for what
 // it receives (nil: none expected).
-func PahoV5(t testing.TB, addr, id string, onPublish func(paho.PublishReceived) (bool, error)) *paho.Client {
+func Connect(t testing.TB, addr, id string, onPublish func(paho.PublishReceived) (bool, error)) *paho.Client {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, Wait)
 	if err != nil {
@@ -74,9 +85,9 @@ func PahoV5(t testing.TB, addr, id string, onPublish func(paho.PublishReceived) 
 	return c
 }
 
-// PahoPublish publishes one message with a Paho MQTT 5 client and waits
-// for its acknowledgement.
-func PahoPublish(t testing.TB, c *paho.Client, topic string, qos byte, payload []byte) {
+// Publish publishes one message with a Paho MQTT 5 client and waits for
+// its acknowledgement.
+func Publish(t testing.TB, c *paho.Client, topic string, qos byte, payload []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
@@ -85,7 +96,7 @@ func PahoPublish(t testing.TB, c *paho.Client, topic string, qos byte, payload [
 	}
 }
 
-// V311Watcher is a Paho MQTT 3.1.1 client that watches the upstream.
+// V311Watcher is a Paho MQTT 3.1.1 client that watches a broker.
 type V311Watcher struct {
 	mqtt.Client
 	Msgs chan mqtt.Message
