@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/check"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -115,115 +115,80 @@ const (
 // out of reach of guessing over HTTP.
 const minOpsToken = 16
 
-// checker accumulates problems for one Validate run.
-type checker struct {
-	src      source
-	problems []Problem
-}
-
-func (k *checker) fail(path, format string, args ...any) {
-	k.problems = append(k.problems, Problem{File: k.src.file, Line: k.src.line(path), Path: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-// where names path for a message about another key, with its line when it
-// was written in the file.
-func (k *checker) where(path string) string {
-	if l, ok := k.src.lines[path]; ok {
-		return fmt.Sprintf("%s (line %d)", path, l)
-	}
-	if k.src.file != "" {
-		return path + " (by default)"
-	}
-	return path
-}
-
-// written reports whether the file set path itself, not just a key above it.
-func (k *checker) written(path string) bool {
-	_, ok := k.src.lines[path]
-	return ok
-}
-
-// either picks the key a problem with two keys together is reported at:
-// first, unless only second was written in the file, whose line is then
-// the one to point at.
-func (k *checker) either(first, second string) string {
-	if !k.written(first) && k.written(second) {
-		return second
-	}
-	return first
-}
-
 func (c *Config) problems() []Problem {
-	k := &checker{src: c.src}
+	k := check.New(c.src.lines, c.src.file != "")
 
-	k.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
-	k.oneOf("log.format", c.Log.Format, "text", "json")
+	k.OneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	k.OneOf("log.format", c.Log.Format, "text", "json")
 
 	switch p := c.Storage.Path; {
 	case p == "":
-		k.fail("storage.path", "required: the state database file, such as /var/lib/fieldgate/state.db")
+		k.Fail("storage.path", "required: the state database file, such as /var/lib/fieldgate/state.db")
 	case strings.HasSuffix(p, "/"):
-		k.fail("storage.path", "%q names a directory; name the file, such as %sstate.db", p, p)
+		k.Fail("storage.path", "%q names a directory; name the file, such as %sstate.db", p, p)
 	}
 
 	if n := c.Broker.MaxPacketSize; n < 1 || n > maxMQTTPacket {
-		k.fail("broker.max_packet_size", "%d is out of range; use 1 to %d bytes (the largest packet MQTT can encode)", n, maxMQTTPacket)
+		k.Fail("broker.max_packet_size", "%d is out of range; use 1 to %d bytes (the largest packet MQTT can encode)", n, maxMQTTPacket)
 	}
 	if ka := c.Broker.MaxKeepalive; ka < time.Second || ka > maxMQTTKeepalive || ka%time.Second != 0 {
-		k.fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
+		k.Fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
 	}
 
 	if n, one := c.Storage.MaxQueuedBytes, c.Broker.MaxQueuedBytes; n < one {
-		if k.either("storage.max_queued_bytes", "broker.max_queued_bytes") == "storage.max_queued_bytes" {
-			k.fail("storage.max_queued_bytes", "%d is smaller than broker.max_queued_bytes (%d), the budget of one session; use at least that, such as %d", n, one, 64<<20)
+		if k.Either("storage.max_queued_bytes", "broker.max_queued_bytes") == "storage.max_queued_bytes" {
+			k.Fail("storage.max_queued_bytes", "%d is smaller than broker.max_queued_bytes (%d), the budget of one session; use at least that, such as %d", n, one, 64<<20)
 		} else {
-			k.fail("broker.max_queued_bytes", "%d is more than storage.max_queued_bytes (%d), the budget of all sessions together; use at most that, or raise storage.max_queued_bytes", one, n)
+			k.Fail("broker.max_queued_bytes", "%d is more than storage.max_queued_bytes (%d), the budget of all sessions together; use at most that, or raise storage.max_queued_bytes", one, n)
 		}
 	}
-	k.oneOf("storage.queue_policy", c.Storage.QueuePolicy, QueueDropOldest, QueueRefuse)
-	k.broker(c.Broker)
+	k.OneOf("storage.queue_policy", c.Storage.QueuePolicy, QueueDropOldest, QueueRefuse)
+	checkBroker(k, c.Broker)
 
 	names := map[string]string{}
-	var bound []boundAddr
 	for i, l := range c.Listeners {
 		p := fmt.Sprintf("listeners[%d]", i)
-		k.name(p+".name", l.Name, names)
-		k.listener(p, l, &bound)
+		k.Name(p+".name", l.Name, names)
+		checkListener(k, p, l)
 	}
 
 	if a := c.Ops.Address; a != "" {
-		if k.hostPort("ops.address", a, "127.0.0.1:9100") {
-			k.claim(&bound, "ops.address", "tcp", a)
+		if k.HostPort("ops.address", a, "127.0.0.1:9100") {
+			k.Claim("ops.address", "tcp", a)
 		}
 	}
 	if t := c.Ops.Token; t != "" && len(t) < minOpsToken {
-		k.fail("ops.token", "%d characters can be guessed; use at least %d, such as the output of openssl rand -hex 16", len(t), minOpsToken)
+		k.Fail("ops.token", "%d characters can be guessed; use at least %d, such as the output of openssl rand -hex 16", len(t), minOpsToken)
 	}
 
-	k.gateway(c.Gateway)
+	checkGateway(k, c.Gateway)
 	names = map[string]string{}
 	for i, s := range c.Sensors {
-		k.sensor(fmt.Sprintf("sensors[%d]", i), s, names)
+		checkSensor(k, fmt.Sprintf("sensors[%d]", i), s, names)
 	}
 	for i, o := range c.Outputs {
 		p := fmt.Sprintf("outputs[%d]", i)
 		// Outputs share the topic level of sensors, so one namespace.
-		k.name(p+".name", o.Name, names)
-		k.oneOf(p+".bus", o.Bus, "gpio", "sim")
+		k.Name(p+".name", o.Name, names)
+		k.OneOf(p+".bus", o.Bus, "gpio", "sim")
 		if o.Pin == "" {
-			k.fail(p+".pin", "required: the pin name, such as GPIO17")
+			k.Fail(p+".pin", "required: the pin name, such as GPIO17")
 		}
-		k.oneOf(p+".safe_state", o.SafeState, "off", "on")
-		k.intRange(p+".qos", o.QoS, 0, 2, "1")
+		k.OneOf(p+".safe_state", o.SafeState, "off", "on")
+		k.IntRange(p+".qos", o.QoS, 0, 2, "1")
 	}
 	bridges := map[string]string{}
 	for i, b := range c.Bridges {
-		k.bridge(fmt.Sprintf("bridges[%d]", i), b, bridges)
+		checkBridge(k, fmt.Sprintf("bridges[%d]", i), b, bridges)
+	}
+	ps := make([]Problem, 0, len(k.Problems()))
+	for _, p := range k.Problems() {
+		ps = append(ps, c.Problem(p.Path, "%s", p.Msg))
 	}
 	for _, check := range extraChecks {
-		k.problems = append(k.problems, check(c)...)
+		ps = append(ps, check(c)...)
 	}
-	return k.problems
+	return ps
 }
 
 // extraChecks are validations owned by other packages; see AddCheck.
@@ -244,97 +209,97 @@ func (c *Config) Problem(path, format string, args ...any) Problem {
 	return Problem{File: c.src.file, Line: c.src.line(path), Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
-func (k *checker) gateway(g Gateway) {
+func checkGateway(k *check.Checker, g Gateway) {
 	if g.Name != "" {
-		k.name("gateway.name", g.Name, map[string]string{})
+		k.Name("gateway.name", g.Name, map[string]string{})
 	}
 	for _, kv := range [...][2]string{{"gateway.topic_prefix", g.TopicPrefix}, {"gateway.discovery_prefix", g.DiscoveryPrefix}} {
 		if kv[1] == "" {
-			k.fail(kv[0], "required: a topic such as fieldgate")
+			k.Fail(kv[0], "required: a topic such as fieldgate")
 		} else if err := matcher.ValidateTopic(kv[1]); err != nil {
 			// The error quotes the value, shortened if it is long.
-			k.fail(kv[0], "cannot begin a topic: %v; use levels without wildcards, such as site-7/fieldgate", err)
+			k.Fail(kv[0], "cannot begin a topic: %v; use levels without wildcards, such as site-7/fieldgate", err)
 		} else if strings.HasPrefix(kv[1], "$") {
-			k.fail(kv[0], "%q cannot begin a topic: MQTT keeps topics starting with $ for the broker; use one such as site-7/fieldgate", kv[1])
+			k.Fail(kv[0], "%q cannot begin a topic: MQTT keeps topics starting with $ for the broker; use one such as site-7/fieldgate", kv[1])
 		}
 	}
 }
 
-func (k *checker) bridge(p string, b Bridge, names map[string]string) {
-	k.name(p+".name", b.Name, names)
+func checkBridge(k *check.Checker, p string, b Bridge, names map[string]string) {
+	k.Name(p+".name", b.Name, names)
 	if b.Address == "" {
-		k.fail(p+".address", "required: the cloud broker's host:port, such as mqtt.example.com:8883")
+		k.Fail(p+".address", "required: the cloud broker's host:port, such as mqtt.example.com:8883")
 	} else {
-		k.hostPort(p+".address", b.Address, "mqtt.example.com:8883")
+		k.HostPort(p+".address", b.Address, "mqtt.example.com:8883")
 	}
-	k.oneOf(p+".protocol", b.Protocol, "auto", "5", "3.1.1")
+	k.OneOf(p+".protocol", b.Protocol, "auto", "5", "3.1.1")
 	if b.Password != "" && b.PasswordFile != "" {
-		k.fail(p+".password_file", "set together with password; keep one")
+		k.Fail(p+".password_file", "set together with password; keep one")
 	}
 	if (b.TLS.Cert == "") != (b.TLS.Key == "") {
-		k.fail(p+".tls.key", "cert and key go together for mutual TLS; set both or neither")
+		k.Fail(p+".tls.key", "cert and key go together for mutual TLS; set both or neither")
 	}
 	if !b.TLS.Enabled && b.TLS != (BridgeTLS{}) {
-		k.fail(p+".tls.enabled", "TLS settings given but tls.enabled is false; set it to true")
+		k.Fail(p+".tls.enabled", "TLS settings given but tls.enabled is false; set it to true")
 	}
 	if b.KeepAlive < time.Second || b.KeepAlive > maxMQTTKeepalive {
-		k.fail(p+".keepalive", "%s is out of range; use 1s to 18h12m15s, such as 60s", b.KeepAlive)
+		k.Fail(p+".keepalive", "%s is out of range; use 1s to 18h12m15s, such as 60s", b.KeepAlive)
 	}
 	if d := b.SessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
-		k.fail(p+".session_expiry", "%s is not allowed; use whole seconds up to %s, such as 24h", d, maxSessionExpiry)
+		k.Fail(p+".session_expiry", "%s is not allowed; use whole seconds up to %s, such as 24h", d, maxSessionExpiry)
 	}
 	switch {
 	case b.ReconnectMin <= 0:
-		k.fail(p+".reconnect_min", "%s is not allowed; use a positive duration, such as 1s", b.ReconnectMin)
+		k.Fail(p+".reconnect_min", "%s is not allowed; use a positive duration, such as 1s", b.ReconnectMin)
 	case b.ReconnectMax < b.ReconnectMin:
-		k.fail(k.either(p+".reconnect_max", p+".reconnect_min"), "want reconnect_min (%s) <= reconnect_max (%s), such as 1s and 2m", b.ReconnectMin, b.ReconnectMax)
+		k.Fail(k.Either(p+".reconnect_max", p+".reconnect_min"), "want reconnect_min (%s) <= reconnect_max (%s), such as 1s and 2m", b.ReconnectMin, b.ReconnectMax)
 	}
 	if b.AckTimeout < time.Second {
-		k.fail(p+".ack_timeout", "%s is too short; use 1s or more, such as 30s", b.AckTimeout)
+		k.Fail(p+".ack_timeout", "%s is too short; use 1s or more, such as 30s", b.AckTimeout)
 	}
-	k.intRange(p+".max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "32")
-	k.intRange(p+".rate", b.Rate, 0, 1<<20, "500, or 0 for unpaced")
-	k.intRange(p+".max_outbox_bytes", b.MaxOutboxBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "67108864 (64 MiB)")
+	k.IntRange(p+".max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "32")
+	k.IntRange(p+".rate", b.Rate, 0, 1<<20, "500, or 0 for unpaced")
+	k.IntRange(p+".max_outbox_bytes", b.MaxOutboxBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "67108864 (64 MiB)")
 	if b.MaxOutboxAge < time.Minute {
-		k.fail(p+".max_outbox_age", "%s is too short; use 1m or more, such as 168h", b.MaxOutboxAge)
+		k.Fail(p+".max_outbox_age", "%s is too short; use 1m or more, such as 168h", b.MaxOutboxAge)
 	}
 	if len(b.Out) == 0 && len(b.In) == 0 {
-		k.fail(p, "has no routes; add out: or in: routes")
+		k.Fail(p, "has no routes; add out: or in: routes")
 	}
 	for j, r := range b.Out {
 		rp := fmt.Sprintf("%s.out[%d]", p, j)
-		k.routeFilter(rp+".filter", r.Filter)
-		k.template(rp+".topic", r.Topic)
-		k.intRange(rp+".qos", r.QoS, 0, 2, "1")
-		k.oneOf(rp+".class", r.Class, ClassTelemetry, ClassAlarm, ClassState)
+		checkRouteFilter(k, rp+".filter", r.Filter)
+		checkTemplate(k, rp+".topic", r.Topic)
+		k.IntRange(rp+".qos", r.QoS, 0, 2, "1")
+		k.OneOf(rp+".class", r.Class, ClassTelemetry, ClassAlarm, ClassState)
 		if r.MemoryOnly && r.QoS != 0 {
-			k.fail(rp+".memory_only", "only for qos 0 routes: QoS 1/2 messages are kept on disk until acknowledged")
+			k.Fail(rp+".memory_only", "only for qos 0 routes: QoS 1/2 messages are kept on disk until acknowledged")
 		}
 	}
 	for j, r := range b.In {
 		rp := fmt.Sprintf("%s.in[%d]", p, j)
-		k.routeFilter(rp+".filter", r.Filter)
-		k.template(rp+".topic", r.Topic)
-		k.intRange(rp+".qos", r.QoS, 0, 2, "1")
+		checkRouteFilter(k, rp+".filter", r.Filter)
+		checkTemplate(k, rp+".topic", r.Topic)
+		k.IntRange(rp+".qos", r.QoS, 0, 2, "1")
 	}
 }
 
 // routeFilter checks a route's filter, with {device} standing for a level.
-func (k *checker) routeFilter(path, f string) {
+func checkRouteFilter(k *check.Checker, path, f string) {
 	if f == "" {
-		k.fail(path, "required: a topic filter such as fieldgate/{device}/#")
+		k.Fail(path, "required: a topic filter such as fieldgate/{device}/#")
 		return
 	}
 	if err := matcher.ValidateFilter(strings.ReplaceAll(f, "{device}", "device")); err != nil {
-		k.fail(path, "%q is not a valid topic filter: %v", f, err)
+		k.Fail(path, "%q is not a valid topic filter: %v", f, err)
 	}
 }
 
 // template checks a topic template: placeholders {topic}, {device} and
 // {1}…{99}, the rest literal, rendering a topic without wildcards.
-func (k *checker) template(path, t string) {
+func checkTemplate(k *check.Checker, path, t string) {
 	if t == "" {
-		k.fail(path, "required: a topic template such as site-7/{topic}")
+		k.Fail(path, "required: a topic template such as site-7/{topic}")
 		return
 	}
 	rest := t
@@ -348,64 +313,64 @@ func (k *checker) template(path, t string) {
 		b.WriteString(rest[:i])
 		j := strings.IndexByte(rest[i:], '}')
 		if j < 0 {
-			k.fail(path, "%q has a { without its }", t)
+			k.Fail(path, "%q has a { without its }", t)
 			return
 		}
 		name := rest[i+1 : i+j]
 		if n, err := strconv.Atoi(name); name != "topic" && name != "device" && (err != nil || n < 1 || n > 99) {
-			k.fail(path, "%q has an unknown placeholder {%s}; use {topic}, {device} or a level number such as {2}", t, name)
+			k.Fail(path, "%q has an unknown placeholder {%s}; use {topic}, {device} or a level number such as {2}", t, name)
 			return
 		}
 		b.WriteString("x")
 		rest = rest[i+j+1:]
 	}
 	if err := matcher.ValidateTopic(b.String()); err != nil {
-		k.fail(path, "%q does not make a valid topic: %v", t, err)
+		k.Fail(path, "%q does not make a valid topic: %v", t, err)
 	}
 }
 
-func (k *checker) sensor(p string, s Sensor, names map[string]string) {
-	k.name(p+".name", s.Name, names)
+func checkSensor(k *check.Checker, p string, s Sensor, names map[string]string) {
+	k.Name(p+".name", s.Name, names)
 	if s.Kind == "" {
-		k.fail(p+".kind", "required: the driver, such as bme280")
+		k.Fail(p+".kind", "required: the driver, such as bme280")
 	}
 	if s.Bus == "" {
-		k.fail(p+".bus", "required: an I²C bus number such as 1, gpio, w1, or sim")
+		k.Fail(p+".bus", "required: an I²C bus number such as 1, gpio, w1, or sim")
 	}
 	if s.Interval <= 0 {
-		k.fail(p+".interval", "must be positive, such as 10s")
+		k.Fail(p+".interval", "must be positive, such as 10s")
 	}
 	if s.Jitter < 0 {
-		k.fail(p+".jitter", "%s is negative; use 0s or more, such as 1s", s.Jitter)
+		k.Fail(p+".jitter", "%s is negative; use 0s or more, such as 1s", s.Jitter)
 	}
 	if s.Timeout <= 0 {
-		k.fail(p+".timeout", "must be positive, such as 2s")
+		k.Fail(p+".timeout", "must be positive, such as 2s")
 	}
-	k.intRange(p+".retries", s.Retries, 0, 10, "2")
+	k.IntRange(p+".retries", s.Retries, 0, 10, "2")
 	if s.MaxBackoff <= 0 {
-		k.fail(p+".max_backoff", "must be positive, such as 5m")
+		k.Fail(p+".max_backoff", "must be positive, such as 5m")
 	}
-	k.intRange(p+".qos", s.QoS, 0, 2, "1")
+	k.IntRange(p+".qos", s.QoS, 0, 2, "1")
 	chans := map[string]string{}
 	for j, ch := range s.Channels {
 		cp := fmt.Sprintf("%s.channels[%d]", p, j)
-		k.name(cp+".name", ch.Name, chans)
+		k.Name(cp+".name", ch.Name, chans)
 		if ch.Input == "" {
-			k.fail(cp+".input", "required: the driver's input, such as A0")
+			k.Fail(cp+".input", "required: the driver's input, such as A0")
 		}
 		if (len(ch.From) == 0) != (len(ch.To) == 0) {
-			k.fail(cp+".from", "from and to go together: set both, such as from: [0.4, 2.0] and to: [0, 10]")
+			k.Fail(cp+".from", "from and to go together: set both, such as from: [0.4, 2.0] and to: [0, 10]")
 		} else if len(ch.From) > 0 {
 			if len(ch.From) != 2 || len(ch.To) != 2 {
-				k.fail(cp+".from", "from and to take two numbers each, such as from: [0.4, 2.0] and to: [0, 10]")
+				k.Fail(cp+".from", "from and to take two numbers each, such as from: [0.4, 2.0] and to: [0, 10]")
 			} else if ch.From[0] == ch.From[1] {
-				k.fail(cp+".from", "both ends are %g; the scale needs two different values", ch.From[0])
+				k.Fail(cp+".from", "both ends are %g; the scale needs two different values", ch.From[0])
 			}
 		}
 		if len(ch.Range) > 0 && (len(ch.Range) != 2 || ch.Range[0] >= ch.Range[1]) {
-			k.fail(cp+".range", "want [low, high] with low below high, such as [0, 10]")
+			k.Fail(cp+".range", "want [low, high] with low below high, such as [0, 10]")
 		}
-		k.intRange(cp+".decimals", ch.Decimals, 0, 9, "3")
+		k.IntRange(cp+".decimals", ch.Decimals, 0, 9, "3")
 	}
 }
 
@@ -415,88 +380,43 @@ const (
 	maxSessionExpiry = 4294967295 * time.Second // a four-byte count of seconds (5.0 §3.1.2.11.2)
 )
 
-func (k *checker) broker(b Broker) {
-	k.intRange("broker.receive_maximum", b.ReceiveMaximum, 1, maxMQTTTwoByte, "64")
-	k.intRange("broker.max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "64")
-	k.intRange("broker.topic_alias_maximum", b.TopicAliasMax, 0, maxMQTTTwoByte, "64, or 0 to refuse aliases")
-	k.intRange("broker.max_subscriptions", b.MaxSubscriptions, 1, 1<<20, "100")
-	k.intRange("broker.read_buffer", b.ReadBuffer, 64, 1<<20, "1024")
-	k.intRange("broker.write_buffer", b.WriteBuffer, 64, 1<<20, "4096")
+func checkBroker(k *check.Checker, b Broker) {
+	k.IntRange("broker.receive_maximum", b.ReceiveMaximum, 1, maxMQTTTwoByte, "64")
+	k.IntRange("broker.max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "64")
+	k.IntRange("broker.topic_alias_maximum", b.TopicAliasMax, 0, maxMQTTTwoByte, "64, or 0 to refuse aliases")
+	k.IntRange("broker.max_subscriptions", b.MaxSubscriptions, 1, 1<<20, "100")
+	k.IntRange("broker.read_buffer", b.ReadBuffer, 64, 1<<20, "1024")
+	k.IntRange("broker.write_buffer", b.WriteBuffer, 64, 1<<20, "4096")
 	if n := b.MaxQueuedBytes; n < QueuedCost(b.MaxPacketSize) {
-		if k.either("broker.max_queued_bytes", "broker.max_packet_size") == "broker.max_queued_bytes" {
-			k.fail("broker.max_queued_bytes", "%d is too small for broker.max_packet_size (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at least %d, such as %d", n, b.MaxPacketSize, QueuedCost(b.MaxPacketSize), max(1<<20, QueuedCost(b.MaxPacketSize)))
+		if k.Either("broker.max_queued_bytes", "broker.max_packet_size") == "broker.max_queued_bytes" {
+			k.Fail("broker.max_queued_bytes", "%d is too small for broker.max_packet_size (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at least %d, such as %d", n, b.MaxPacketSize, QueuedCost(b.MaxPacketSize), max(1<<20, QueuedCost(b.MaxPacketSize)))
 		} else {
-			k.fail("broker.max_packet_size", "%d is too large for broker.max_queued_bytes (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at most %d, or raise broker.max_queued_bytes", b.MaxPacketSize, n, max(0, (n-256)/2))
+			k.Fail("broker.max_packet_size", "%d is too large for broker.max_queued_bytes (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at most %d, or raise broker.max_queued_bytes", b.MaxPacketSize, n, max(0, (n-256)/2))
 		}
 	}
 	if d := b.MaxSessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
-		k.fail("broker.max_session_expiry", "%s is not allowed; use whole seconds from 0s to %s, such as 168h", d, maxSessionExpiry)
+		k.Fail("broker.max_session_expiry", "%s is not allowed; use whole seconds from 0s to %s, such as 168h", d, maxSessionExpiry)
 	}
 	if d := b.InflightTimeout; d < time.Second {
-		k.fail("broker.inflight_timeout", "%s is too short; use 1s or more, such as 2m", d)
+		k.Fail("broker.inflight_timeout", "%s is too short; use 1s or more, such as 2m", d)
 	}
 	if d := b.SysInterval; d < 0 || (d > 0 && d < time.Second) {
-		k.fail("broker.sys_interval", "%s is not allowed; use 1s or more, or 0s to turn $SYS off", d)
+		k.Fail("broker.sys_interval", "%s is not allowed; use 1s or more, or 0s to turn $SYS off", d)
 	}
 	for i, r := range b.ACL {
 		p := fmt.Sprintf("broker.acl[%d]", i)
-		k.oneOf(p+".access", r.Access, "read", "write", "readwrite", "deny")
+		k.OneOf(p+".access", r.Access, "read", "write", "readwrite", "deny")
 		if r.Topic == "" {
-			k.fail(p+".topic", "required: a topic filter such as sensors/%%u/#")
+			k.Fail(p+".topic", "required: a topic filter such as sensors/%%u/#")
 			continue
 		}
 		// %u and %c stand for one whole level's worth of text; check the
 		// filter with a stand-in so that a typo is caught at load time.
 		f := strings.NewReplacer("%u", "user", "%c", "client").Replace(r.Topic)
 		if err := matcher.ValidateFilter(f); err != nil {
-			k.fail(p+".topic", "%q is not a valid topic filter: %v", r.Topic, err)
+			k.Fail(p+".topic", "%q is not a valid topic filter: %v", r.Topic, err)
 		}
 	}
-}
-
-func (k *checker) intRange(path string, n, lo, hi int, example string) {
-	if n < lo || n > hi {
-		k.fail(path, "%d is out of range; use %d to %d, such as %s", n, lo, hi, example)
-	}
-}
-
-func (k *checker) oneOf(path, got string, allowed ...string) {
-	for _, a := range allowed {
-		if got == a {
-			return
-		}
-	}
-	k.fail(path, "%q is not allowed; use one of %s", got, strings.Join(allowed, ", "))
-}
-
-// maxNameLen bounds names. A sensor's name is a level of each of its
-// topics, which MQTT caps at 65535 bytes together, and of Home Assistant's
-// entity ids; 64 characters are more than any site needs.
-const maxNameLen = 64
-
-// name checks a listener or sensor name. Names become log fields, metric
-// labels and (for sensors) MQTT topic levels, so they are kept to characters
-// that are safe in all three; seen maps names to the path that first used them.
-func (k *checker) name(path, name string, seen map[string]string) {
-	if name == "" {
-		k.fail(path, "required: a short unique name such as %q", "greenhouse-1")
-		return
-	}
-	if len(name) > maxNameLen {
-		k.fail(path, "is %d characters long; use at most %d, such as %q", len(name), maxNameLen, "greenhouse-1")
-		return
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			k.fail(path, "%q contains %q; use letters, digits, - and _", name, r)
-			return
-		}
-	}
-	if first, dup := seen[name]; dup {
-		k.fail(path, "%q is already the name of %s; names must be unique", name, k.where(strings.TrimSuffix(first, ".name")))
-		return
-	}
-	seen[name] = path
 }
 
 // examplePort is the customary port per listener type, used in hints.
@@ -504,87 +424,34 @@ var examplePort = map[ListenerType]string{
 	ListenerTCP: "1883", ListenerTLS: "8883", ListenerWS: "8080", ListenerWSS: "8443",
 }
 
-func (k *checker) listener(p string, l Listener, bound *[]boundAddr) {
+func checkListener(k *check.Checker, p string, l Listener) {
 	switch l.Type {
 	case ListenerTCP, ListenerTLS, ListenerWS, ListenerWSS:
 		if l.Address == "" {
-			k.fail(p+".address", "required: host:port, such as 127.0.0.1:%s", examplePort[l.Type])
-		} else if k.hostPort(p+".address", l.Address, "127.0.0.1:"+examplePort[l.Type]) {
-			k.claim(bound, p+".address", "tcp", l.Address)
+			k.Fail(p+".address", "required: host:port, such as 127.0.0.1:%s", examplePort[l.Type])
+		} else if k.HostPort(p+".address", l.Address, "127.0.0.1:"+examplePort[l.Type]) {
+			k.Claim(p+".address", "tcp", l.Address)
 		}
 	case ListenerUnix:
 		if l.Address == "" {
-			k.fail(p+".address", "required: the socket path, such as /run/fieldgate/mqtt.sock")
+			k.Fail(p+".address", "required: the socket path, such as /run/fieldgate/mqtt.sock")
 		} else {
-			k.claim(bound, p+".address", "unix", l.Address)
+			k.Claim(p+".address", "unix", l.Address)
 		}
 	case "":
-		k.fail(p+".type", "required: one of tcp, tls, ws, wss, unix")
+		k.Fail(p+".type", "required: one of tcp, tls, ws, wss, unix")
 	default:
-		k.fail(p+".type", "%q is not allowed; use one of tcp, tls, ws, wss, unix", l.Type)
+		k.Fail(p+".type", "%q is not allowed; use one of tcp, tls, ws, wss, unix", l.Type)
 	}
 
 	secure := l.Type == ListenerTLS || l.Type == ListenerWSS
 	if secure && l.TLS.Cert == "" {
-		k.fail(p+".tls.cert", "required for a %s listener: the PEM certificate file", l.Type)
+		k.Fail(p+".tls.cert", "required for a %s listener: the PEM certificate file", l.Type)
 	}
 	if secure && l.TLS.Key == "" {
-		k.fail(p+".tls.key", "required for a %s listener: the PEM private key file", l.Type)
+		k.Fail(p+".tls.key", "required for a %s listener: the PEM private key file", l.Type)
 	}
 	if !secure && l.Type != "" && l.TLS != (TLS{}) {
-		k.fail(p+".tls", "set, but type is %s; use type tls or wss, or remove tls", l.Type)
+		k.Fail(p+".tls", "set, but type is %s; use type tls or wss, or remove tls", l.Type)
 	}
-}
-
-// hostPort checks a TCP address and reports whether it is usable; example is
-// a correct address to show.
-func (k *checker) hostPort(path, addr, example string) bool {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		k.fail(path, "%q is not host:port; use something like %s, or :%s for every interface", addr, example, example[strings.LastIndex(example, ":")+1:])
-		return false
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		k.fail(path, "port %q is not a number from 0 to 65535; use something like %s", port, example)
-		return false
-	}
-	return true
-}
-
-// boundAddr is an address some listener or endpoint will bind.
-type boundAddr struct {
-	path    string
-	network string // tcp or unix
-	addr    string
-}
-
-// claim reports addr when an earlier entry already binds it. A wildcard host
-// clashes with every host on the same port, as it does for bind(2) on Linux;
-// port 0 (pick any free port) clashes with nothing.
-func (k *checker) claim(bound *[]boundAddr, path, network, addr string) {
-	for _, b := range *bound {
-		if b.network == network && sameSocket(network, b.addr, addr) {
-			if k.either(path, b.path) == path {
-				k.fail(path, "%s is also bound by %s; give each its own address", addr, k.where(b.path))
-			} else {
-				// Only the earlier one was written: a default clashes with it.
-				k.fail(b.path, "%s is also bound by %s; give each its own address", b.addr, k.where(path))
-			}
-			return
-		}
-	}
-	*bound = append(*bound, boundAddr{path, network, addr})
-}
-
-func sameSocket(network, a, b string) bool {
-	if network == "unix" {
-		return a == b
-	}
-	ha, pa, _ := net.SplitHostPort(a)
-	hb, pb, _ := net.SplitHostPort(b)
-	if pa != pb || pa == "0" {
-		return false
-	}
-	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return ha == hb || wild(ha) || wild(hb)
 }
