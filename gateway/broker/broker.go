@@ -34,7 +34,7 @@ type Options struct {
 	// them in memory only.
 	Store          *storage.DB
 	MaxStoredBytes int64  // queued messages of all persistent sessions, in bytes
-	QueuePolicy    string // config.QueueDropOldest or config.QueueRefuse
+	QueuePolicy    string // storage.QueueDropOldest or storage.QueueRefuse
 
 	// Outbound are offered every routed message before its publisher is
 	// acknowledged: the bridges' outboxes.

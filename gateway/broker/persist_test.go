@@ -41,7 +41,7 @@ func (sb *storedBroker) start() {
 		sb.t.Fatalf("storage.Open: %v", err)
 	}
 	sb.db = db
-	opts := Options{Broker: config.Default().Broker, Version: "test", Store: db, QueuePolicy: config.QueueDropOldest}
+	opts := Options{Broker: config.Default().Broker, Version: "test", Store: db, QueuePolicy: storage.QueueDropOldest}
 	opts.AllowAnonymous = true
 	opts.SysInterval = 0
 	addr := sb.addr
@@ -185,7 +185,7 @@ func TestPersistOutboundQoS2AcrossRestart(t *testing.T) {
 // with 0x97 instead of a PUBACK for something not stored.
 func TestPersistQueueRefused(t *testing.T) {
 	sb := newStoredBroker(t, func(o *Options) {
-		o.QueuePolicy = config.QueueRefuse
+		o.QueuePolicy = storage.QueueRefuse
 		o.MaxQueuedBytes = 1024
 		o.MaxPacketSize = 1024
 	})

@@ -118,7 +118,7 @@ func FuzzRestore(f *testing.F) {
 			return // a record bbolt cannot hold never reaches the file
 		}
 
-		opts := Options{Broker: config.Default().Broker, Version: "fuzz", Store: db, QueuePolicy: config.QueueDropOldest}
+		opts := Options{Broker: config.Default().Broker, Version: "fuzz", Store: db, QueuePolicy: storage.QueueDropOldest}
 		opts.AllowAnonymous = true
 		opts.SysInterval = 0
 		b, err := New(opts, nil)

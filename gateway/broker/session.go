@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -308,7 +307,7 @@ func (s *session) makeRoom(b *Broker, m *message, fx *effects) bool {
 	}
 	for over() {
 		i := -1
-		if b.opts.QueuePolicy != config.QueueRefuse {
+		if b.opts.QueuePolicy != storage.QueueRefuse {
 			for j, p := range s.pending {
 				if p.qos == 1 {
 					i = j

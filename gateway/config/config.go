@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fieldgate/fieldgate/gateway/ops"
+	"github.com/fieldgate/fieldgate/storage"
 )
 
 // EmbeddedName is the file name used in messages about the embedded default configuration.
@@ -35,15 +38,15 @@ func Embedded() []byte {
 
 // Config is the whole configuration of one gateway.
 type Config struct {
-	Log       Log        `yaml:"log"`
-	Storage   Storage    `yaml:"storage"`
-	Broker    Broker     `yaml:"broker"`
-	Listeners []Listener `yaml:"listeners"`
-	Ops       Ops        `yaml:"ops"`
-	Gateway   Gateway    `yaml:"gateway"`
-	Sensors   []Sensor   `yaml:"sensors"`
-	Outputs   []Output   `yaml:"outputs"`
-	Bridges   []Bridge   `yaml:"bridges"`
+	Log       Log            `yaml:"log"`
+	Storage   storage.Config `yaml:"storage"`
+	Broker    Broker         `yaml:"broker"`
+	Listeners []Listener     `yaml:"listeners"`
+	Ops       ops.Config     `yaml:"ops"`
+	Gateway   Gateway        `yaml:"gateway"`
+	Sensors   []Sensor       `yaml:"sensors"`
+	Outputs   []Output       `yaml:"outputs"`
+	Bridges   []Bridge       `yaml:"bridges"`
 
 	// src remembers where each key was written so that Validate can point
 	// at the line; it is empty for a Config built in code.
@@ -55,24 +58,6 @@ type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn or error
 	Format string `yaml:"format"` // text or json
 }
-
-// Storage configures the state database.
-type Storage struct {
-	Path string `yaml:"path"` // the bbolt file holding sessions, retained messages and the outbox
-	// MaxQueuedBytes bounds the QoS 1/2 messages held for all persistent
-	// sessions together; broker.max_queued_bytes bounds each one.
-	MaxQueuedBytes int `yaml:"max_queued_bytes"`
-	// QueuePolicy is what happens to a session whose queue is full:
-	// drop_oldest makes room by dropping its oldest QoS 1 message;
-	// refuse turns the new message away (an MQTT 5 publisher gets 0x97).
-	QueuePolicy string `yaml:"queue_policy"`
-}
-
-// Queue policies for full session queues.
-const (
-	QueueDropOldest = "drop_oldest"
-	QueueRefuse     = "refuse"
-)
 
 // Broker configures the local MQTT broker.
 type Broker struct {
@@ -131,12 +116,6 @@ type TLS struct {
 	Cert     string `yaml:"cert"`
 	Key      string `yaml:"key"`
 	ClientCA string `yaml:"client_ca"` // when set, clients must present a certificate it signed
-}
-
-// Ops configures the HTTP endpoint for health and metrics.
-type Ops struct {
-	Address string `yaml:"address"` // host:port; empty turns the endpoint off
-	Token   string `yaml:"token"`   // lets the status page switch outputs when given as a form field or Bearer header; empty for none
 }
 
 // Gateway names this gateway in the topics its sensors publish on.
@@ -335,17 +314,8 @@ func (r *InRoute) defaults() {
 // It is the one place defaults are written down.
 func Default() *Config {
 	return &Config{
-		Log: Log{Level: "info", Format: "text"},
-		Storage: Storage{
-			Path: "/var/lib/fieldgate/state.db",
-			// 64 MiB of queued messages is a day of a busy site's
-			// telemetry for a dashboard that is away, and a small share
-			// of a 512 MB board even if it all comes back into memory.
-			MaxQueuedBytes: 64 << 20,
-			// Dropping the oldest keeps the newest readings, which is what
-			// a telemetry consumer returning after an outage wants.
-			QueuePolicy: QueueDropOldest,
-		},
+		Log:     Log{Level: "info", Format: "text"},
+		Storage: storage.DefaultConfig(),
 		Broker: Broker{
 			// Off unless a config turns it on: a gateway on a plant network
 			// must not accept strangers by default.
@@ -380,7 +350,7 @@ func Default() *Config {
 			SysInterval: 10 * time.Second,
 		},
 		Listeners: []Listener{{Name: "default", Type: ListenerTCP, Address: "127.0.0.1:1883"}},
-		Ops:       Ops{Address: "127.0.0.1:9100"},
+		Ops:       ops.DefaultConfig(),
 		Gateway: Gateway{
 			TopicPrefix:     "fieldgate",
 			Discovery:       true,

@@ -111,22 +111,13 @@ const (
 	maxMQTTKeepalive = 65535 * time.Second
 )
 
-// minOpsToken is the shortest ops.token accepted: 16 random characters are
-// out of reach of guessing over HTTP.
-const minOpsToken = 16
-
 func (c *Config) problems() []Problem {
 	k := check.New(c.src.lines, c.src.file != "")
 
 	k.OneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	k.OneOf("log.format", c.Log.Format, "text", "json")
 
-	switch p := c.Storage.Path; {
-	case p == "":
-		k.Fail("storage.path", "required: the state database file, such as /var/lib/fieldgate/state.db")
-	case strings.HasSuffix(p, "/"):
-		k.Fail("storage.path", "%q names a directory; name the file, such as %sstate.db", p, p)
-	}
+	c.Storage.Check(k)
 
 	if n := c.Broker.MaxPacketSize; n < 1 || n > maxMQTTPacket {
 		k.Fail("broker.max_packet_size", "%d is out of range; use 1 to %d bytes (the largest packet MQTT can encode)", n, maxMQTTPacket)
@@ -142,7 +133,6 @@ func (c *Config) problems() []Problem {
 			k.Fail("broker.max_queued_bytes", "%d is more than storage.max_queued_bytes (%d), the budget of all sessions together; use at most that, or raise storage.max_queued_bytes", one, n)
 		}
 	}
-	k.OneOf("storage.queue_policy", c.Storage.QueuePolicy, QueueDropOldest, QueueRefuse)
 	checkBroker(k, c.Broker)
 
 	names := map[string]string{}
@@ -152,14 +142,7 @@ func (c *Config) problems() []Problem {
 		checkListener(k, p, l)
 	}
 
-	if a := c.Ops.Address; a != "" {
-		if k.HostPort("ops.address", a, "127.0.0.1:9100") {
-			k.Claim("ops.address", "tcp", a)
-		}
-	}
-	if t := c.Ops.Token; t != "" && len(t) < minOpsToken {
-		k.Fail("ops.token", "%d characters can be guessed; use at least %d, such as the output of openssl rand -hex 16", len(t), minOpsToken)
-	}
+	c.Ops.Check(k)
 
 	checkGateway(k, c.Gateway)
 	names = map[string]string{}
