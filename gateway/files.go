@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/gateway/config"
 )
@@ -43,7 +44,7 @@ func checkFiles(cfg *config.Config) error {
 		}
 	}
 	for i, l := range cfg.Listeners {
-		if l.Type != config.ListenerTLS && l.Type != config.ListenerWSS {
+		if l.Type != broker.ListenerTLS && l.Type != broker.ListenerWSS {
 			continue
 		}
 		p := fmt.Sprintf("listeners[%d].tls", i)

@@ -105,7 +105,7 @@ func RunWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts Opt
 	}
 	g.bridges = bridges
 	g.b, err = broker.New(broker.Options{
-		Broker: cfg.Broker, Listeners: cfg.Listeners, Version: opts.Version,
+		Config: cfg.Broker, Listeners: cfg.Listeners, Version: opts.Version,
 		Store: store, MaxStoredBytes: int64(cfg.Storage.MaxQueuedBytes), QueuePolicy: cfg.Storage.QueuePolicy,
 		Outbound: outbound, Inherited: opts.Inherited, Alive: g.beat("broker", 10*time.Second).Alive,
 	}, log.With("component", "broker"))

@@ -26,7 +26,7 @@ func (c brokerClient) Subscribe(filter string, qos byte, h func(string, []byte, 
 func benchBroker(b *testing.B) (*broker.Broker, *broker.Client) {
 	b.Helper()
 	cfg := config.Default()
-	br, err := broker.New(broker.Options{Broker: cfg.Broker}, nil)
+	br, err := broker.New(broker.Options{Config: cfg.Broker}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func newSite(t *testing.T, bridgeYAML, statePath string) *site {
 		db.Close()
 		t.Fatal(err)
 	}
-	b, err := broker.New(broker.Options{Broker: cfg.Broker, Store: db, Outbound: []broker.Outbound{outbound{br}}}, log)
+	b, err := broker.New(broker.Options{Config: cfg.Broker, Store: db, Outbound: []broker.Outbound{outbound{br}}}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -20,9 +19,9 @@ import (
 
 // Options configures a Broker.
 type Options struct {
-	config.Broker
-	Listeners []config.Listener // bound by Start; may be empty for in-process use
-	Version   string            // reported on $SYS/broker/version
+	Config
+	Listeners []Listener // bound by Start; may be empty for in-process use
+	Version   string     // reported on $SYS/broker/version
 
 	// Inherited are listeners passed by systemd socket activation, by
 	// FileDescriptorName = the listener's configured name; Start serves
@@ -142,7 +141,7 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 	b.store = opts.Store
 	b.retained.db, b.retained.log = opts.Store, log
 	if b.opts.MaxStoredBytes <= 0 {
-		b.opts.MaxStoredBytes = int64(config.Default().Storage.MaxQueuedBytes)
+		b.opts.MaxStoredBytes = int64(storage.DefaultConfig().MaxQueuedBytes)
 	}
 	if opts.PasswordFile != "" {
 		users, err := auth.NewAuthenticator().LoadPasswords(opts.PasswordFile)
@@ -214,7 +213,7 @@ func (b *Broker) Start() error {
 // names: serving them would expose what the configuration does not ask for.
 func (b *Broker) closeUnclaimed() {
 	for name, nl := range b.opts.Inherited {
-		if !slices.ContainsFunc(b.opts.Listeners, func(lc config.Listener) bool { return lc.Name == name }) {
+		if !slices.ContainsFunc(b.opts.Listeners, func(lc Listener) bool { return lc.Name == name }) {
 			b.log.Warn("closing a socket passed by systemd: no listener has its name; set FileDescriptorName= to a listener's name",
 				"name", name, "address", nl.Addr())
 			nl.Close()
@@ -430,7 +429,7 @@ func (b *Broker) sweep(now time.Time) {
 
 // SetACL replaces the access rules; connections made from now on get the
 // new ones, connections already open keep the rules they were given.
-func (b *Broker) SetACL(rules []config.ACLRule) {
+func (b *Broker) SetACL(rules []auth.ACLRule) {
 	b.acl.Store(auth.NewACL(rules))
 }
 

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
@@ -295,7 +294,7 @@ func TestCLIUnixSocket(t *testing.T) {
 	}
 	sock := filepath.Join(t.TempDir(), "mqtt.sock")
 	tb := startBroker(t, func(o *Options) {
-		o.Listeners = append(o.Listeners, config.Listener{Name: "unix", Type: config.ListenerUnix, Address: sock})
+		o.Listeners = append(o.Listeners, Listener{Name: "unix", Type: ListenerUnix, Address: sock})
 	})
 	target := []string{"--unix", sock}
 	for _, v := range cliVersions {

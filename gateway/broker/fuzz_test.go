@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
@@ -28,7 +27,7 @@ func FuzzConnReader(f *testing.F) {
 	for _, seed := range fuzzSeeds() {
 		f.Add(seed)
 	}
-	opts := Options{Broker: config.Default().Broker, Version: "fuzz"}
+	opts := Options{Config: DefaultConfig(), Version: "fuzz"}
 	opts.AllowAnonymous = true
 	opts.SysInterval = 0
 	// Small, so that the fuzzer reaches the limit.

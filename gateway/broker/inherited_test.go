@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/certs"
 )
@@ -45,7 +44,7 @@ func mustListen(t *testing.T, network, addr string) net.Listener {
 // real MQTT clients connect through it.
 func TestInheritedListeners(t *testing.T) {
 	pki := certs.New(t, "sensor-7")
-	tlsFiles := config.TLS{Cert: pki.ServerCert, Key: pki.ServerKey}
+	tlsFiles := TLS{Cert: pki.ServerCert, Key: pki.ServerKey}
 	clientTLS := &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"}
 	dir, err := os.MkdirTemp("", "inh")
 	if err != nil {
@@ -63,15 +62,15 @@ func TestInheritedListeners(t *testing.T) {
 		"stray":   mustListen(t, "tcp", "127.0.0.1:0"),
 	}
 	var logs testkit.Buffer
-	opts := Options{Broker: config.Default().Broker, Version: "test", Inherited: inherited}
+	opts := Options{Config: DefaultConfig(), Version: "test", Inherited: inherited}
 	opts.AllowAnonymous = true
 	opts.SysInterval = 0
-	opts.Listeners = []config.Listener{
-		{Name: "default", Type: config.ListenerTCP, Address: unbindable},
-		{Name: "tls", Type: config.ListenerTLS, Address: unbindable, TLS: tlsFiles},
-		{Name: "ws", Type: config.ListenerWS, Address: unbindable},
-		{Name: "wss", Type: config.ListenerWSS, Address: unbindable, TLS: tlsFiles},
-		{Name: "unix", Type: config.ListenerUnix, Address: filepath.Join(dir, "no-such-dir", "mqtt.sock")},
+	opts.Listeners = []Listener{
+		{Name: "default", Type: ListenerTCP, Address: unbindable},
+		{Name: "tls", Type: ListenerTLS, Address: unbindable, TLS: tlsFiles},
+		{Name: "ws", Type: ListenerWS, Address: unbindable},
+		{Name: "wss", Type: ListenerWSS, Address: unbindable, TLS: tlsFiles},
+		{Name: "unix", Type: ListenerUnix, Address: filepath.Join(dir, "no-such-dir", "mqtt.sock")},
 	}
 	b, err := New(opts, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
@@ -135,10 +134,10 @@ func TestInheritedListeners(t *testing.T) {
 func TestInheritedWrongNetwork(t *testing.T) {
 	wrong := mustListen(t, "tcp", "127.0.0.1:0")
 	later := mustListen(t, "tcp", "127.0.0.1:0")
-	b, err := New(Options{Broker: config.Default().Broker,
-		Listeners: []config.Listener{
-			{Name: "local", Type: config.ListenerUnix, Address: filepath.Join(t.TempDir(), "mqtt.sock")},
-			{Name: "default", Type: config.ListenerTCP, Address: "127.0.0.1:0"},
+	b, err := New(Options{Config: DefaultConfig(),
+		Listeners: []Listener{
+			{Name: "local", Type: ListenerUnix, Address: filepath.Join(t.TempDir(), "mqtt.sock")},
+			{Name: "default", Type: ListenerTCP, Address: "127.0.0.1:0"},
 		},
 		Inherited: map[string]net.Listener{"local": wrong, "default": later},
 	}, nil)

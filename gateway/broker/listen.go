@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
@@ -22,16 +21,16 @@ import (
 // socket systemd bound for it, in its place. TCP, TLS and unix sockets are
 // served by mochi's listeners.Net; WebSocket by wsListener, which binds
 // before serving so that a port in use is reported here.
-func openListener(lc config.Listener, maxPacket int, inherited net.Listener) (listeners.Listener, error) {
+func openListener(lc Listener, maxPacket int, inherited net.Listener) (listeners.Listener, error) {
 	var tcfg *tls.Config
-	if lc.Type == config.ListenerTLS || lc.Type == config.ListenerWSS {
+	if lc.Type == ListenerTLS || lc.Type == ListenerWSS {
 		var err error
 		if tcfg, err = tlsConfig(lc.TLS); err != nil {
 			return nil, err
 		}
 	}
 	network := "tcp"
-	if lc.Type == config.ListenerUnix {
+	if lc.Type == ListenerUnix {
 		network = "unix"
 	}
 	nl := inherited
@@ -45,9 +44,9 @@ func openListener(lc config.Listener, maxPacket int, inherited net.Listener) (li
 	}
 	nl = &patientListener{Listener: nl}
 	switch lc.Type {
-	case config.ListenerWS, config.ListenerWSS:
+	case ListenerWS, ListenerWSS:
 		return newWSListener(lc.Name, nl, tcfg, maxPacket), nil
-	case config.ListenerTLS:
+	case ListenerTLS:
 		nl = tls.NewListener(nl, tcfg)
 	}
 	return listeners.NewNet(lc.Name, nl), nil
@@ -66,7 +65,7 @@ func bindListener(network, address string) (net.Listener, error) {
 
 // tlsConfig loads a listener's certificate and, when client_ca is set,
 // requires clients to present a certificate that CA signed.
-func tlsConfig(t config.TLS) (*tls.Config, error) {
+func tlsConfig(t TLS) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
 	if err != nil {
 		return nil, fmt.Errorf("tls.cert %s, tls.key %s: %w", t.Cert, t.Key, err)

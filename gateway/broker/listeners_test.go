@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/certs"
 	"github.com/gorilla/websocket"
@@ -111,12 +111,12 @@ func TestListenerKinds(t *testing.T) {
 	pki := certs.New(t, "sensor-7")
 	sock := filepath.Join(t.TempDir(), "mqtt.sock")
 	tb := startBroker(t, func(o *Options) {
-		tlsFiles := config.TLS{Cert: pki.ServerCert, Key: pki.ServerKey}
+		tlsFiles := TLS{Cert: pki.ServerCert, Key: pki.ServerKey}
 		o.Listeners = append(o.Listeners,
-			config.Listener{Name: "tls", Type: config.ListenerTLS, Address: "127.0.0.1:0", TLS: tlsFiles},
-			config.Listener{Name: "ws", Type: config.ListenerWS, Address: "127.0.0.1:0"},
-			config.Listener{Name: "wss", Type: config.ListenerWSS, Address: "127.0.0.1:0", TLS: tlsFiles},
-			config.Listener{Name: "unix", Type: config.ListenerUnix, Address: sock},
+			Listener{Name: "tls", Type: ListenerTLS, Address: "127.0.0.1:0", TLS: tlsFiles},
+			Listener{Name: "ws", Type: ListenerWS, Address: "127.0.0.1:0"},
+			Listener{Name: "wss", Type: ListenerWSS, Address: "127.0.0.1:0", TLS: tlsFiles},
+			Listener{Name: "unix", Type: ListenerUnix, Address: sock},
 		)
 	})
 	clientTLS := &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"}
@@ -176,9 +176,9 @@ func TestClientCertificateAuth(t *testing.T) {
 	pki := certs.New(t, "sensor-7")
 	tb := startBroker(t, func(o *Options) {
 		o.AllowAnonymous = false
-		o.ACL = []config.ACLRule{{User: "*", Topic: "devices/%u/#", Access: "readwrite"}}
-		o.Listeners = []config.Listener{{Name: "mtls", Type: config.ListenerTLS, Address: "127.0.0.1:0",
-			TLS: config.TLS{Cert: pki.ServerCert, Key: pki.ServerKey, ClientCA: pki.CAFile}}}
+		o.ACL = []auth.ACLRule{{User: "*", Topic: "devices/%u/#", Access: "readwrite"}}
+		o.Listeners = []Listener{{Name: "mtls", Type: ListenerTLS, Address: "127.0.0.1:0",
+			TLS: TLS{Cert: pki.ServerCert, Key: pki.ServerKey, ClientCA: pki.CAFile}}}
 	})
 	addr := tb.Broker.Addr("mtls").String()
 
@@ -224,9 +224,9 @@ func TestListenerBindErrorNamesListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	b, err := New(Options{Broker: config.Default().Broker, Listeners: []config.Listener{
-		{Name: "free", Type: config.ListenerTCP, Address: "127.0.0.1:0"},
-		{Name: "busy", Type: config.ListenerWS, Address: l.Addr().String()},
+	b, err := New(Options{Config: DefaultConfig(), Listeners: []Listener{
+		{Name: "free", Type: ListenerTCP, Address: "127.0.0.1:0"},
+		{Name: "busy", Type: ListenerWS, Address: l.Addr().String()},
 	}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -239,8 +239,8 @@ func TestListenerBindErrorNamesListener(t *testing.T) {
 }
 
 func TestListenerBadCertificateFile(t *testing.T) {
-	b, err := New(Options{Broker: config.Default().Broker, Listeners: []config.Listener{
-		{Name: "secure", Type: config.ListenerTLS, Address: "127.0.0.1:0", TLS: config.TLS{Cert: "/nonexistent/cert.pem", Key: "/nonexistent/key.pem"}},
+	b, err := New(Options{Config: DefaultConfig(), Listeners: []Listener{
+		{Name: "secure", Type: ListenerTLS, Address: "127.0.0.1:0", TLS: TLS{Cert: "/nonexistent/cert.pem", Key: "/nonexistent/key.pem"}},
 	}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -53,17 +52,19 @@ func newMessage(topic string, payload []byte, qos byte, retain bool, props *pack
 	return m
 }
 
-// queuedCost is what a message of n topic and payload bytes counts
-// against a client's or session's byte budget (config.QueuedCost): what it
-// pins when the subscriber is its only holder, so a budget bounds real
+// queuedCost is what a message of n topic, payload and property bytes
+// counts against a client's or session's byte budget
+// (broker.max_queued_bytes): the bytes twice (as received, and encoded for
+// the subscriber) and 256 bytes for the message and its queue entry, what
+// it pins when the subscriber is its only holder, so a budget bounds real
 // memory; a message shared with other subscribers pins less.
-func queuedCost(n int) int { return config.QueuedCost(n) }
+func queuedCost(n int) int { return 2*n + 256 }
 
 // storedSize estimates what the message's record costs in the state file,
 // for the budget of all sessions together (storage.max_queued_bytes),
 // which counts bytes on disk: its bytes once and 64 for the record.
 func (m *message) storedSize() int {
-	return (m.size-config.QueuedCost(0))/2 + 64
+	return (m.size-queuedCost(0))/2 + 64
 }
 
 // passThrough keeps the PUBLISH properties a receiver must get unchanged

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -41,14 +40,14 @@ func (sb *storedBroker) start() {
 		sb.t.Fatalf("storage.Open: %v", err)
 	}
 	sb.db = db
-	opts := Options{Broker: config.Default().Broker, Version: "test", Store: db, QueuePolicy: storage.QueueDropOldest}
+	opts := Options{Config: DefaultConfig(), Version: "test", Store: db, QueuePolicy: storage.QueueDropOldest}
 	opts.AllowAnonymous = true
 	opts.SysInterval = 0
 	addr := sb.addr
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	opts.Listeners = []config.Listener{{Name: "tcp", Type: config.ListenerTCP, Address: addr}}
+	opts.Listeners = []Listener{{Name: "tcp", Type: ListenerTCP, Address: addr}}
 	if sb.edit != nil {
 		sb.edit(&opts)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -118,7 +117,7 @@ func FuzzRestore(f *testing.F) {
 			return // a record bbolt cannot hold never reaches the file
 		}
 
-		opts := Options{Broker: config.Default().Broker, Version: "fuzz", Store: db, QueuePolicy: storage.QueueDropOldest}
+		opts := Options{Config: DefaultConfig(), Version: "fuzz", Store: db, QueuePolicy: storage.QueueDropOldest}
 		opts.AllowAnonymous = true
 		opts.SysInterval = 0
 		b, err := New(opts, nil)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
@@ -22,10 +21,10 @@ type testBroker struct {
 // options first (it may add listeners). The broker shuts down with the test.
 func startBroker(t testing.TB, edit func(*Options)) *testBroker {
 	t.Helper()
-	opts := Options{Broker: config.Default().Broker, Version: "test"}
+	opts := Options{Config: DefaultConfig(), Version: "test"}
 	opts.AllowAnonymous = true
 	opts.SysInterval = 0
-	opts.Listeners = []config.Listener{{Name: "tcp", Type: config.ListenerTCP, Address: "127.0.0.1:0"}}
+	opts.Listeners = []Listener{{Name: "tcp", Type: ListenerTCP, Address: "127.0.0.1:0"}}
 	if edit != nil {
 		edit(&opts)
 	}

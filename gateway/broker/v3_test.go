@@ -12,7 +12,6 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
-	"github.com/fieldgate/fieldgate/gateway/config"
 )
 
 // MQTT 3.1.1 conformance, through the Eclipse Paho Go client where a real
@@ -634,7 +633,7 @@ func TestV3SessionTakeover(t *testing.T) {
 // filter delivers nothing.
 func TestV3SubackDenied(t *testing.T) {
 	tb := startBroker(t, func(o *Options) {
-		o.ACL = []config.ACLRule{{User: "*", Topic: "open/#", Access: "readwrite"}}
+		o.ACL = []auth.ACLRule{{User: "*", Topic: "open/#", Access: "readwrite"}}
 	})
 	sub := wireDial(t, tb.Addr)
 	sub.connect(4, "acl-sub", 0)

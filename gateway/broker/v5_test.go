@@ -11,7 +11,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 )
 
@@ -503,7 +503,7 @@ func TestV5ReasonStrings(t *testing.T) {
 	t.Run("refused PUBLISH", func(t *testing.T) {
 		t.Parallel()
 		tb := startBroker(t, func(o *Options) {
-			o.ACL = []config.ACLRule{{User: "*", Topic: "open/#", Access: "readwrite"}}
+			o.ACL = []auth.ACLRule{{User: "*", Topic: "open/#", Access: "readwrite"}}
 		})
 		told, _ := connectRaw(t, tb.Addr, 5, "rs-told", true, nil)
 		told.send(rawPublish("closed/t", "x", 1, false, 1))

@@ -21,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/ops"
 	"github.com/fieldgate/fieldgate/storage"
 )
@@ -38,15 +39,15 @@ func Embedded() []byte {
 
 // Config is the whole configuration of one gateway.
 type Config struct {
-	Log       Log            `yaml:"log"`
-	Storage   storage.Config `yaml:"storage"`
-	Broker    Broker         `yaml:"broker"`
-	Listeners []Listener     `yaml:"listeners"`
-	Ops       ops.Config     `yaml:"ops"`
-	Gateway   Gateway        `yaml:"gateway"`
-	Sensors   []Sensor       `yaml:"sensors"`
-	Outputs   []Output       `yaml:"outputs"`
-	Bridges   []Bridge       `yaml:"bridges"`
+	Log       Log               `yaml:"log"`
+	Storage   storage.Config    `yaml:"storage"`
+	Broker    broker.Config     `yaml:"broker"`
+	Listeners []broker.Listener `yaml:"listeners"`
+	Ops       ops.Config        `yaml:"ops"`
+	Gateway   Gateway           `yaml:"gateway"`
+	Sensors   []Sensor          `yaml:"sensors"`
+	Outputs   []Output          `yaml:"outputs"`
+	Bridges   []Bridge          `yaml:"bridges"`
 
 	// src remembers where each key was written so that Validate can point
 	// at the line; it is empty for a Config built in code.
@@ -57,65 +58,6 @@ type Config struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn or error
 	Format string `yaml:"format"` // text or json
-}
-
-// Broker configures the local MQTT broker.
-type Broker struct {
-	AllowAnonymous bool          `yaml:"allow_anonymous"` // let clients connect without credentials
-	PasswordFile   string        `yaml:"password_file"`   // user:bcrypt-hash lines, written by fieldgate passwd
-	ACL            []ACLRule     `yaml:"acl"`             // when non-empty, only what a rule allows is allowed
-	MaxPacketSize  int           `yaml:"max_packet_size"` // bytes; larger packets are refused
-	MaxKeepalive   time.Duration `yaml:"max_keepalive"`   // longest keepalive a client may ask for
-
-	// MaxSessionExpiry caps how long a disconnected session is kept; it also
-	// bounds MQTT 3.1.1 sessions with clean session off, which would
-	// otherwise never expire.
-	MaxSessionExpiry time.Duration `yaml:"max_session_expiry"`
-	ReceiveMaximum   int           `yaml:"receive_maximum"`     // QoS 1/2 publishes a client may have unacknowledged towards us
-	MaxInflight      int           `yaml:"max_inflight"`        // QoS 1/2 messages we send a client before waiting for its acks
-	TopicAliasMax    int           `yaml:"topic_alias_maximum"` // aliases a client may use towards us, and we towards it
-	MaxSubscriptions int           `yaml:"max_subscriptions"`   // per client; bounds the work one client adds to every publish
-	MaxQueuedBytes   int           `yaml:"max_queued_bytes"`    // per client: messages waiting to be written or acknowledged
-	// InflightTimeout disconnects a client whose oldest unacknowledged
-	// QoS 1/2 message has waited this long: its window has stalled.
-	InflightTimeout time.Duration `yaml:"inflight_timeout"`
-	ReadBuffer      int           `yaml:"read_buffer"`  // bytes per connection for reading
-	WriteBuffer     int           `yaml:"write_buffer"` // bytes per connection for writing, held only while writing
-	SysInterval     time.Duration `yaml:"sys_interval"` // how often $SYS/broker/... is published; 0 turns it off
-}
-
-// ACLRule allows (or denies) one user's clients access to the topics one filter matches.
-type ACLRule struct {
-	User   string `yaml:"user"`   // the username it applies to; empty or * for every client
-	Topic  string `yaml:"topic"`  // a topic filter; %u is replaced by the username, %c by the client id
-	Access string `yaml:"access"` // read, write, readwrite or deny
-}
-
-// ListenerType is the transport a listener accepts MQTT on.
-type ListenerType string
-
-// The listener types the broker serves.
-const (
-	ListenerTCP  ListenerType = "tcp"
-	ListenerTLS  ListenerType = "tls"
-	ListenerWS   ListenerType = "ws"
-	ListenerWSS  ListenerType = "wss"
-	ListenerUnix ListenerType = "unix"
-)
-
-// Listener is one socket the broker accepts clients on.
-type Listener struct {
-	Name    string       `yaml:"name"`    // unique; appears in logs and metrics
-	Type    ListenerType `yaml:"type"`    // the transport
-	Address string       `yaml:"address"` // host:port, or a socket path for unix
-	TLS     TLS          `yaml:"tls"`
-}
-
-// TLS names the PEM files of a tls or wss listener.
-type TLS struct {
-	Cert     string `yaml:"cert"`
-	Key      string `yaml:"key"`
-	ClientCA string `yaml:"client_ca"` // when set, clients must present a certificate it signed
 }
 
 // Gateway names this gateway in the topics its sensors publish on.
@@ -263,12 +205,6 @@ type BridgeTLS struct {
 	ServerName string `yaml:"server_name"` // the name to verify, when it is not the address's host
 }
 
-// QueuedCost is what a message of n topic, payload and property bytes
-// counts against broker.max_queued_bytes: the bytes twice (as received,
-// and encoded for the subscriber) and 256 bytes for the message and its
-// queue entry, what it pins when one subscriber is its only holder.
-func QueuedCost(n int) int { return 2*n + 256 }
-
 // Route classes: what an out-route's messages do when the outbox is full.
 const (
 	ClassTelemetry = "telemetry" // the oldest are dropped to make room
@@ -314,42 +250,10 @@ func (r *InRoute) defaults() {
 // It is the one place defaults are written down.
 func Default() *Config {
 	return &Config{
-		Log:     Log{Level: "info", Format: "text"},
-		Storage: storage.DefaultConfig(),
-		Broker: Broker{
-			// Off unless a config turns it on: a gateway on a plant network
-			// must not accept strangers by default.
-			AllowAnonymous: false,
-			// 256 KiB covers sensor payloads and firmware chunks with room to
-			// spare while bounding what one client can make us buffer on a
-			// 512 MB board.
-			MaxPacketSize: 256 << 10,
-			MaxKeepalive:  10 * time.Minute,
-			// A week covers a device that is away over a long weekend plus
-			// repairs; past that its queue is more likely waste than value.
-			MaxSessionExpiry: 7 * 24 * time.Hour,
-			// Receive maximum and inflight window: enough to keep a LAN
-			// link busy, few enough that a stalled client pins little.
-			ReceiveMaximum: 64,
-			MaxInflight:    64,
-			TopicAliasMax:  64,
-			// A field device needs a handful of filters; 100 leaves room
-			// for dashboards while keeping one client from growing the
-			// index's shape count, which every publish pays for.
-			MaxSubscriptions: 100,
-			// 1 MiB per client holds thousands of sensor readings. A
-			// message counts its topic and payload twice plus 256 bytes:
-			// what it pins when this client is its only holder.
-			MaxQueuedBytes:  1 << 20,
-			InflightTimeout: 2 * time.Minute,
-			// Reads are sized for a typical sensor PUBLISH; larger packets
-			// are read straight into their own buffer. The write buffer is
-			// borrowed from a pool only while there is something to write.
-			ReadBuffer:  1 << 10,
-			WriteBuffer: 4 << 10,
-			SysInterval: 10 * time.Second,
-		},
-		Listeners: []Listener{{Name: "default", Type: ListenerTCP, Address: "127.0.0.1:1883"}},
+		Log:       Log{Level: "info", Format: "text"},
+		Storage:   storage.DefaultConfig(),
+		Broker:    broker.DefaultConfig(),
+		Listeners: broker.DefaultListeners(),
 		Ops:       ops.DefaultConfig(),
 		Gateway: Gateway{
 			TopicPrefix:     "fieldgate",

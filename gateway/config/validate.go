@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/internal/check"
 	"github.com/fieldgate/fieldgate/matcher"
 )
@@ -101,14 +102,11 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// MQTT limits that bound configuration values.
+// MQTT limits on bridge settings.
 const (
-	// The Remaining Length field carries at most 268,435,455 bytes, after
-	// one type byte and up to four length bytes (MQTT 3.1.1 and 5.0, §2.2.3
-	// and §2.1.4).
-	maxMQTTPacket = 1 + 4 + 268_435_455
-	// Keep Alive is a two-byte count of seconds (3.1.1 §3.1.2.10, 5.0 §3.1.2.10).
-	maxMQTTKeepalive = 65535 * time.Second
+	maxMQTTKeepalive = 65535 * time.Second      // Keep Alive is a two-byte count of seconds (3.1.1 §3.1.2.10, 5.0 §3.1.2.10)
+	maxMQTTTwoByte   = 65535                    // receive maximum is a two-byte integer
+	maxSessionExpiry = 4294967295 * time.Second // a four-byte count of seconds (5.0 §3.1.2.11.2)
 )
 
 func (c *Config) problems() []Problem {
@@ -119,33 +117,13 @@ func (c *Config) problems() []Problem {
 
 	c.Storage.Check(k)
 
-	if n := c.Broker.MaxPacketSize; n < 1 || n > maxMQTTPacket {
-		k.Fail("broker.max_packet_size", "%d is out of range; use 1 to %d bytes (the largest packet MQTT can encode)", n, maxMQTTPacket)
-	}
-	if ka := c.Broker.MaxKeepalive; ka < time.Second || ka > maxMQTTKeepalive || ka%time.Second != 0 {
-		k.Fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
-	}
-
-	if n, one := c.Storage.MaxQueuedBytes, c.Broker.MaxQueuedBytes; n < one {
-		if k.Either("storage.max_queued_bytes", "broker.max_queued_bytes") == "storage.max_queued_bytes" {
-			k.Fail("storage.max_queued_bytes", "%d is smaller than broker.max_queued_bytes (%d), the budget of one session; use at least that, such as %d", n, one, 64<<20)
-		} else {
-			k.Fail("broker.max_queued_bytes", "%d is more than storage.max_queued_bytes (%d), the budget of all sessions together; use at most that, or raise storage.max_queued_bytes", one, n)
-		}
-	}
-	checkBroker(k, c.Broker)
-
-	names := map[string]string{}
-	for i, l := range c.Listeners {
-		p := fmt.Sprintf("listeners[%d]", i)
-		k.Name(p+".name", l.Name, names)
-		checkListener(k, p, l)
-	}
+	c.Broker.Check(k, c.Storage.MaxQueuedBytes)
+	broker.CheckListeners(k, c.Listeners)
 
 	c.Ops.Check(k)
 
 	checkGateway(k, c.Gateway)
-	names = map[string]string{}
+	names := map[string]string{}
 	for i, s := range c.Sensors {
 		checkSensor(k, fmt.Sprintf("sensors[%d]", i), s, names)
 	}
@@ -354,87 +332,5 @@ func checkSensor(k *check.Checker, p string, s Sensor, names map[string]string) 
 			k.Fail(cp+".range", "want [low, high] with low below high, such as [0, 10]")
 		}
 		k.IntRange(cp+".decimals", ch.Decimals, 0, 9, "3")
-	}
-}
-
-// MQTT limits on broker settings.
-const (
-	maxMQTTTwoByte   = 65535                    // receive maximum and topic alias maximum are two-byte integers
-	maxSessionExpiry = 4294967295 * time.Second // a four-byte count of seconds (5.0 §3.1.2.11.2)
-)
-
-func checkBroker(k *check.Checker, b Broker) {
-	k.IntRange("broker.receive_maximum", b.ReceiveMaximum, 1, maxMQTTTwoByte, "64")
-	k.IntRange("broker.max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "64")
-	k.IntRange("broker.topic_alias_maximum", b.TopicAliasMax, 0, maxMQTTTwoByte, "64, or 0 to refuse aliases")
-	k.IntRange("broker.max_subscriptions", b.MaxSubscriptions, 1, 1<<20, "100")
-	k.IntRange("broker.read_buffer", b.ReadBuffer, 64, 1<<20, "1024")
-	k.IntRange("broker.write_buffer", b.WriteBuffer, 64, 1<<20, "4096")
-	if n := b.MaxQueuedBytes; n < QueuedCost(b.MaxPacketSize) {
-		if k.Either("broker.max_queued_bytes", "broker.max_packet_size") == "broker.max_queued_bytes" {
-			k.Fail("broker.max_queued_bytes", "%d is too small for broker.max_packet_size (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at least %d, such as %d", n, b.MaxPacketSize, QueuedCost(b.MaxPacketSize), max(1<<20, QueuedCost(b.MaxPacketSize)))
-		} else {
-			k.Fail("broker.max_packet_size", "%d is too large for broker.max_queued_bytes (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at most %d, or raise broker.max_queued_bytes", b.MaxPacketSize, n, max(0, (n-256)/2))
-		}
-	}
-	if d := b.MaxSessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
-		k.Fail("broker.max_session_expiry", "%s is not allowed; use whole seconds from 0s to %s, such as 168h", d, maxSessionExpiry)
-	}
-	if d := b.InflightTimeout; d < time.Second {
-		k.Fail("broker.inflight_timeout", "%s is too short; use 1s or more, such as 2m", d)
-	}
-	if d := b.SysInterval; d < 0 || (d > 0 && d < time.Second) {
-		k.Fail("broker.sys_interval", "%s is not allowed; use 1s or more, or 0s to turn $SYS off", d)
-	}
-	for i, r := range b.ACL {
-		p := fmt.Sprintf("broker.acl[%d]", i)
-		k.OneOf(p+".access", r.Access, "read", "write", "readwrite", "deny")
-		if r.Topic == "" {
-			k.Fail(p+".topic", "required: a topic filter such as sensors/%%u/#")
-			continue
-		}
-		// %u and %c stand for one whole level's worth of text; check the
-		// filter with a stand-in so that a typo is caught at load time.
-		f := strings.NewReplacer("%u", "user", "%c", "client").Replace(r.Topic)
-		if err := matcher.ValidateFilter(f); err != nil {
-			k.Fail(p+".topic", "%q is not a valid topic filter: %v", r.Topic, err)
-		}
-	}
-}
-
-// examplePort is the customary port per listener type, used in hints.
-var examplePort = map[ListenerType]string{
-	ListenerTCP: "1883", ListenerTLS: "8883", ListenerWS: "8080", ListenerWSS: "8443",
-}
-
-func checkListener(k *check.Checker, p string, l Listener) {
-	switch l.Type {
-	case ListenerTCP, ListenerTLS, ListenerWS, ListenerWSS:
-		if l.Address == "" {
-			k.Fail(p+".address", "required: host:port, such as 127.0.0.1:%s", examplePort[l.Type])
-		} else if k.HostPort(p+".address", l.Address, "127.0.0.1:"+examplePort[l.Type]) {
-			k.Claim(p+".address", "tcp", l.Address)
-		}
-	case ListenerUnix:
-		if l.Address == "" {
-			k.Fail(p+".address", "required: the socket path, such as /run/fieldgate/mqtt.sock")
-		} else {
-			k.Claim(p+".address", "unix", l.Address)
-		}
-	case "":
-		k.Fail(p+".type", "required: one of tcp, tls, ws, wss, unix")
-	default:
-		k.Fail(p+".type", "%q is not allowed; use one of tcp, tls, ws, wss, unix", l.Type)
-	}
-
-	secure := l.Type == ListenerTLS || l.Type == ListenerWSS
-	if secure && l.TLS.Cert == "" {
-		k.Fail(p+".tls.cert", "required for a %s listener: the PEM certificate file", l.Type)
-	}
-	if secure && l.TLS.Key == "" {
-		k.Fail(p+".tls.key", "required for a %s listener: the PEM private key file", l.Type)
-	}
-	if !secure && l.Type != "" && l.TLS != (TLS{}) {
-		k.Fail(p+".tls", "set, but type is %s; use type tls or wss, or remove tls", l.Type)
 	}
 }

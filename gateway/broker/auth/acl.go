@@ -3,7 +3,6 @@ package auth
 import (
 	"strings"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -35,7 +34,7 @@ type ACL struct {
 }
 
 // NewACL prepares rules; with none, every client may do everything.
-func NewACL(rules []config.ACLRule) *ACL {
+func NewACL(rules []ACLRule) *ACL {
 	a := &ACL{open: len(rules) == 0}
 	for _, r := range rules {
 		p := rule{

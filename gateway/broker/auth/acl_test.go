@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -63,7 +62,7 @@ func runACL(t *testing.T, a *ACL, cases []aclCase) {
 	}
 }
 
-var plantRules = []config.ACLRule{
+var plantRules = []ACLRule{
 	{User: "", Topic: "public/#", Access: "read"},
 	{User: "*", Topic: "public/secret/#", Access: "deny"},
 	{User: "*", Topic: "devices/%c/#", Access: "readwrite"},
@@ -165,7 +164,7 @@ func TestACL(t *testing.T) {
 }
 
 func TestACLOpen(t *testing.T) {
-	for name, a := range map[string]*ACL{"no rules": NewACL(nil), "empty rules": NewACL([]config.ACLRule{}), "nil ACL": nil} {
+	for name, a := range map[string]*ACL{"no rules": NewACL(nil), "empty rules": NewACL([]ACLRule{}), "nil ACL": nil} {
 		runACL(t, a, []aclCase{
 			{name, pub, "", "", "any/topic", true},
 			{name, sub, "", "", "#", true},
@@ -181,7 +180,7 @@ func TestACLOpen(t *testing.T) {
 }
 
 func TestACLBadRules(t *testing.T) {
-	a := NewACL([]config.ACLRule{
+	a := NewACL([]ACLRule{
 		{User: "*", Topic: "open/#", Access: "readwrite"},
 		{User: "typo", Topic: "x/#", Access: "raed"},
 		{User: "badfilter", Topic: "a/#/b", Access: "deny"},
@@ -205,7 +204,7 @@ func TestACLBadRules(t *testing.T) {
 // by level: no topic has zero levels and none is empty, so "+/#" matches
 // every topic "#" does and "/+/#" every topic "/#" does.
 func TestACLSubscribeExactCover(t *testing.T) {
-	a := NewACL([]config.ACLRule{
+	a := NewACL([]ACLRule{
 		{User: "u", Topic: "+/#", Access: "read"},
 		{User: "v", Topic: "/+/#", Access: "read"},
 		{User: "w", Topic: "+/+/#", Access: "read"},
@@ -291,10 +290,10 @@ func allTopics(depth int) []string {
 
 // randomRules draws rules over the same small alphabet, some with %u or %c,
 // some denying.
-func randomRules(r *rand.Rand) []config.ACLRule {
+func randomRules(r *rand.Rand) []ACLRule {
 	accesses := []string{"read", "readwrite", "write", "deny"}
 	users := []string{"", "*", "u"}
-	rules := make([]config.ACLRule, 1+r.IntN(4))
+	rules := make([]ACLRule, 1+r.IntN(4))
 	for i := range rules {
 		f := randomFilter(r)
 		switch r.IntN(5) {
@@ -303,7 +302,7 @@ func randomRules(r *rand.Rand) []config.ACLRule {
 		case 1:
 			f = strings.Replace(f, "b", "%c", 1)
 		}
-		rules[i] = config.ACLRule{User: users[r.IntN(len(users))], Topic: f, Access: accesses[r.IntN(len(accesses))]}
+		rules[i] = ACLRule{User: users[r.IntN(len(users))], Topic: f, Access: accesses[r.IntN(len(accesses))]}
 	}
 	return rules
 }

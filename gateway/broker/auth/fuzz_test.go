@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -195,9 +194,9 @@ func FuzzACL(f *testing.F) {
 	f.Add([]byte{3, 1, 1, 3, 0, 1, 4, 8, 5, 2, 3, 1, 0, 4, 0, 7})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := &fuzzACLReader{b: data}
-		rules := make([]config.ACLRule, int(r.byte())%5)
+		rules := make([]ACLRule, int(r.byte())%5)
 		for i := range rules {
-			rules[i] = config.ACLRule{User: r.pick(fuzzACLUsers), Topic: r.filter(fuzzACLLevels), Access: r.pick(fuzzACLAccess)}
+			rules[i] = ACLRule{User: r.pick(fuzzACLUsers), Topic: r.filter(fuzzACLLevels), Access: r.pick(fuzzACLAccess)}
 		}
 		a := NewACL(rules)
 		for len(r.b) > 0 {
