@@ -301,7 +301,7 @@ func (g *gw) reloadBridges(next *config.Config) error {
 		byName[br.Name()] = i
 	}
 	// Check every change before applying any.
-	var fresh []config.Bridge
+	var fresh []bridge.Config
 	for _, bc := range next.Bridges {
 		if _, ok := byName[bc.Name]; !ok {
 			fresh = append(fresh, bc)
@@ -390,7 +390,7 @@ func (c sensorClient) Subscribe(filter string, qos byte, h func(topic string, pa
 
 // newBridges prepares the bridges bcs of cfg, reading each outbox's state,
 // and the broker's view of them.
-func (g *gw) newBridges(cfg *config.Config, bcs []config.Bridge) ([]*bridge.Bridge, []broker.Outbound, error) {
+func (g *gw) newBridges(cfg *config.Config, bcs []bridge.Config) ([]*bridge.Bridge, []broker.Outbound, error) {
 	device := sensors.DeviceName(cfg.Gateway.Name)
 	var bridges []*bridge.Bridge
 	var outbound []broker.Outbound

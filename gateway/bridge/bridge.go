@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 )
@@ -103,7 +102,7 @@ type Bridge struct {
 // routing is a bridge's configuration as compiled: swapped whole, so that
 // a reload never shows a half-changed set of routes.
 type routing struct {
-	cfg    config.Bridge
+	cfg    Config
 	outs   []outRoute
 	ins    []inRoute
 	copts  mqttclient.Options

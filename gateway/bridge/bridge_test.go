@@ -19,7 +19,6 @@ import (
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
 	"github.com/fieldgate/fieldgate/gateway/broker"
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/faultproxy"
@@ -57,22 +56,20 @@ func newSite(t *testing.T, bridgeYAML, statePath string) *site {
 	if statePath == "" {
 		statePath = filepath.Join(t.TempDir(), "state.db")
 	}
-	doc := "gateway: {name: gw1}\nbroker: {allow_anonymous: true, sys_interval: 0s}\nlisteners: []\nsensors: []\nbridges:\n  - name: cloud\n" + bridgeYAML
-	cfg, err := config.Parse("site.yaml", []byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bc := parseBridge(t, "bridges:\n  - name: cloud\n"+bridgeYAML)
+	bcfg := broker.DefaultConfig()
+	bcfg.AllowAnonymous, bcfg.SysInterval = true, 0
 	db, err := storage.Open(statePath, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	br, err := New(cfg.Bridges[0], Options{Device: "gw1", Store: db, Log: log, Availability: "fieldgate/gw1/availability"})
+	br, err := New(bc, Options{Device: "gw1", Store: db, Log: log, Availability: "fieldgate/gw1/availability"})
 	if err != nil {
 		db.Close()
 		t.Fatal(err)
 	}
-	b, err := broker.New(broker.Options{Config: cfg.Broker, Store: db, Outbound: []broker.Outbound{outbound{br}}}, log)
+	b, err := broker.New(broker.Options{Config: bcfg, Store: db, Outbound: []broker.Outbound{outbound{br}}}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,11 +487,8 @@ func TestOverlappingInRoutes(t *testing.T) {
 	}
 	mu.Unlock()
 
-	cfg, err := config.Parse("v3.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML(up.Addr(), "    protocol: \"3.1.1\"\n"+routes)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = New(cfg.Bridges[0], Options{Device: "gw1"})
+	bc := parseBridge(t, "bridges:\n  - name: cloud\n"+bridgeYAML(up.Addr(), "    protocol: \"3.1.1\"\n"+routes))
+	_, err := New(bc, Options{Device: "gw1"})
 	if err == nil || !strings.Contains(err.Error(), "cmd/#") || !strings.Contains(err.Error(), "cmd/+/relay") {
 		t.Errorf("New with overlapping filters on 3.1.1 = %v, want an error naming both", err)
 	}
@@ -520,11 +514,7 @@ const cmdRoute = "    in:\n      - {filter: \"cmd/#\", topic: \"local/{2}\"}\n"
 // (a bridge's keys after its name), whose local publishes rec records.
 func newRecordingBridge(t *testing.T, body string) (*Bridge, *recordingLocal) {
 	t.Helper()
-	cfg, err := config.Parse("h.yaml", []byte("bridges:\n  - name: cloud\n"+body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(cfg.Bridges[0], Options{Device: "gw1"})
+	b, err := New(parseBridge(t, "bridges:\n  - name: cloud\n"+body), Options{Device: "gw1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -747,12 +737,9 @@ func TestReconfigure(t *testing.T) {
 	}
 	waitFor(t, "the old route", func() bool { return w.count("old/x") == 1 })
 
-	cfg, err := config.Parse("r.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML(up.Addr(), "    out:\n      - {filter: \"d/#\", topic: \"new/{2}\"}\n    in:\n      - {filter: \"ota/#\", topic: \"local/{2}\"}\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bc := parseBridge(t, "bridges:\n  - name: cloud\n"+bridgeYAML(up.Addr(), "    out:\n      - {filter: \"d/#\", topic: \"new/{2}\"}\n    in:\n      - {filter: \"ota/#\", topic: \"local/{2}\"}\n"))
 	before := s.br.Stats().Reconnects
-	if err := s.br.Reconfigure(cfg.Bridges[0]); err != nil {
+	if err := s.br.Reconfigure(bc); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the new link", func() bool { st := s.br.Stats(); return st.Reconnects > before && st.State == StateConnected })
@@ -799,11 +786,7 @@ func TestReconfigureDuringDial(t *testing.T) {
 	s := newSite(t, bridgeYAML(proxy.Addr(), routes), "")
 	waitFor(t, "the CONNECT at the proxy", func() bool { return proxy.Held() > 0 })
 
-	cfg, err := config.Parse("r.yaml", []byte("bridges:\n  - name: cloud\n"+bridgeYAML(newUp.Addr(), routes)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.br.Reconfigure(cfg.Bridges[0]); err != nil {
+	if err := s.br.Reconfigure(parseBridge(t, "bridges:\n  - name: cloud\n"+bridgeYAML(newUp.Addr(), routes))); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Thaw() // the dial under the old settings completes

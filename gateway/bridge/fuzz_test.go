@@ -1,12 +1,11 @@
 package bridge
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/check"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -44,9 +43,8 @@ func FuzzTemplate(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
-	valid := fuzzBridge("{topic}")
-	if err := valid.Validate(); err != nil {
-		f.Fatalf("the fuzz target's bridge configuration is not valid: %v", err)
+	if ps := fuzzCheck(fuzzBridge("{topic}")); len(ps) > 0 {
+		f.Fatalf("the fuzz target's bridge configuration is not valid: %+v", ps)
 	}
 	f.Fuzz(func(t *testing.T, tmpl, device, source string) {
 		tp, err := compileTemplate(tmpl, device)
@@ -105,31 +103,33 @@ func fuzzDeviceName(device string) bool {
 	return true
 }
 
-// fuzzBridge returns a configuration with one bridge, valid apart from
-// its out-route's topic template, tmpl.
-func fuzzBridge(tmpl string) *config.Config {
-	cfg := config.Default()
-	cfg.Bridges = []config.Bridge{{
+// fuzzBridge returns a bridge, valid apart from its out-route's topic
+// template, tmpl.
+func fuzzBridge(tmpl string) Config {
+	return Config{
 		Name: "cloud", Address: "mqtt.example.com:8883", Protocol: "auto",
 		KeepAlive: time.Minute, ReconnectMin: time.Second, ReconnectMax: time.Minute, AckTimeout: 30 * time.Second,
 		MaxInflight: 32, MaxOutboxBytes: 64 << 20, MaxOutboxAge: 168 * time.Hour,
-		Out: []config.OutRoute{{Filter: "fieldgate/#", Topic: tmpl, QoS: 1, Class: config.ClassTelemetry}},
-	}}
-	return cfg
+		Out: []OutRoute{{Filter: "fieldgate/#", Topic: tmpl, QoS: 1, Class: ClassTelemetry}},
+	}
+}
+
+// fuzzCheck returns the problems the configuration check finds in b, as
+// the bridges: list's only item.
+func fuzzCheck(b Config) []check.Problem {
+	k := check.New(nil, false)
+	Check(k, []Config{b})
+	return k.Problems()
 }
 
 // fuzzTemplateAccepted reports whether configuration validation accepts
 // tmpl as an out-route's topic template.
 func fuzzTemplateAccepted(t *testing.T, tmpl string) bool {
-	err := fuzzBridge(tmpl).Validate()
-	if err == nil {
+	ps := fuzzCheck(fuzzBridge(tmpl))
+	if len(ps) == 0 {
 		return true
 	}
-	var cerr *config.Error
-	if !errors.As(err, &cerr) {
-		t.Fatalf("validation error %v is not a *config.Error", err)
-	}
-	for _, p := range cerr.Problems {
+	for _, p := range ps {
 		if p.Path != "bridges[0].out[0].topic" {
 			t.Fatalf("template %q: validation found a problem elsewhere: %v", tmpl, p)
 		}

@@ -13,13 +13,12 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
 // New prepares a bridge: it compiles the routes and reads the outbox's
 // counters from storage; it connects nothing until Start.
-func New(cfg config.Bridge, opts Options) (*Bridge, error) {
+func New(cfg Config, opts Options) (*Bridge, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -55,7 +54,7 @@ func New(cfg config.Bridge, opts Options) (*Bridge, error) {
 
 // compile builds the routing of cfg: the client's options, with the will
 // when an out-route carries the availability topic.
-func (b *Bridge) compile(cfg config.Bridge, outs []outRoute, ins []inRoute) (*routing, error) {
+func (b *Bridge) compile(cfg Config, outs []outRoute, ins []inRoute) (*routing, error) {
 	copts, err := clientOptions(cfg, b.opts.Device)
 	if err != nil {
 		return nil, err
@@ -86,7 +85,7 @@ func (b *Bridge) compile(cfg config.Bridge, outs []outRoute, ins []inRoute) (*ro
 // filters no longer configured are unsubscribed upstream. The outbox and
 // what it holds are kept; queued entries keep the class of the route
 // index they were queued under.
-func (b *Bridge) Reconfigure(cfg config.Bridge) error {
+func (b *Bridge) Reconfigure(cfg Config) error {
 	outs, ins, err := compileRoutes(cfg, b.opts.Device)
 	if err != nil {
 		return err
@@ -132,7 +131,7 @@ func (b *Bridge) Reconfigure(cfg config.Bridge) error {
 
 // sameLink reports whether two configurations connect the same way and
 // subscribe the same in-routes.
-func sameLink(a, b config.Bridge) bool {
+func sameLink(a, b Config) bool {
 	a.Out, b.Out = nil, nil
 	a.MaxOutboxBytes, b.MaxOutboxBytes = 0, 0
 	a.MaxOutboxAge, b.MaxOutboxAge = 0, 0
@@ -141,7 +140,7 @@ func sameLink(a, b config.Bridge) bool {
 }
 
 // clientOptions turns the configuration into the upstream client's options.
-func clientOptions(c config.Bridge, device string) (mqttclient.Options, error) {
+func clientOptions(c Config, device string) (mqttclient.Options, error) {
 	o := mqttclient.Options{
 		Address: c.Address, ClientID: c.ClientID, Username: c.Username,
 		KeepAlive: c.KeepAlive, SessionExpiry: c.SessionExpiry, ConnectTimeout: c.AckTimeout,

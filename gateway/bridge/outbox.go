@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -84,7 +83,7 @@ func newOutbox(db *storage.DB, name string, max int64, ttl time.Duration, routes
 	ob := &outbox{db: db, name: name, max: max, ttl: ttl, inflight: map[uint64]int{},
 		state: map[string]stateEntry{}, dropped: map[string]uint64{}, gone: map[uint64]int64{}, wake: make(chan struct{}, 1)}
 	for _, r := range routes {
-		ob.alarm = append(ob.alarm, r.Class == config.ClassAlarm)
+		ob.alarm = append(ob.alarm, r.Class == ClassAlarm)
 	}
 	if db != nil {
 		// Numbering starts again from what the file holds: nothing of
@@ -126,7 +125,7 @@ func (ob *outbox) configure(max int64, ttl time.Duration, routes []outRoute) {
 	ob.max, ob.ttl = max, ttl
 	ob.alarm = ob.alarm[:0]
 	for _, r := range routes {
-		ob.alarm = append(ob.alarm, r.Class == config.ClassAlarm)
+		ob.alarm = append(ob.alarm, r.Class == ClassAlarm)
 	}
 }
 
@@ -148,7 +147,7 @@ func (ob *outbox) put(r *outRoute, remote string, payload []byte, retain bool, b
 	size := e.Size()
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-	if r.Class == config.ClassState {
+	if r.Class == ClassState {
 		if old, ok := ob.state[remote]; ok {
 			if _, flying := ob.inflight[old.seq]; !flying && old.seq > ob.sent {
 				ob.remove(batch, old.seq, old.size, remote, DropSuperseded, now.UnixNano())
@@ -159,7 +158,7 @@ func (ob *outbox) put(r *outRoute, remote string, payload []byte, retain bool, b
 		ob.makeRoom(int64(size), batch)
 	}
 	if ob.bytes+int64(size) > ob.max {
-		if r.Class == config.ClassAlarm {
+		if r.Class == ClassAlarm {
 			ob.dropped[DropRefused]++
 			return false
 		}
@@ -171,7 +170,7 @@ func (ob *outbox) put(r *outRoute, remote string, payload []byte, retain bool, b
 	batch.OutboxPut(ob.name, &e)
 	ob.count++
 	ob.bytes += int64(size)
-	if r.Class == config.ClassState {
+	if r.Class == ClassState {
 		ob.state[remote] = stateEntry{seq: e.Seq, size: size}
 	}
 	ob.signal()

@@ -6,12 +6,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
 // template is a compiled topic template: literal text, {topic}, {device}
-// and {N} (the Nth level of the source topic, from 1).
+// and {N} (the Nth level of the source topic, from 1). It is the one
+// parser of templates: configuration checks use it too.
 type template struct {
 	parts []tplPart
 }
@@ -19,6 +19,26 @@ type template struct {
 type tplPart struct {
 	lit   string
 	level int // >0: that level; -1: the whole topic; 0: lit
+}
+
+// maxTemplateLevel is the highest level a placeholder may name: two digits
+// reach deeper than any real topic, and a bound keeps a slip such as
+// {1000} from being taken as a level.
+const maxTemplateLevel = 99
+
+// templateError says what keeps a template from compiling, in the words
+// the configuration's problem uses.
+type templateError struct {
+	template    string
+	unclosed    bool   // a { without its }
+	placeholder string // otherwise the unknown placeholder's name
+}
+
+func (e *templateError) Error() string {
+	if e.unclosed {
+		return fmt.Sprintf("%q has a { without its }", e.template)
+	}
+	return fmt.Sprintf("%q has an unknown placeholder {%s}; use {topic}, {device} or a level number such as {2}", e.template, e.placeholder)
 }
 
 func compileTemplate(t, device string) (template, error) {
@@ -35,7 +55,7 @@ func compileTemplate(t, device string) (template, error) {
 		}
 		j := strings.IndexByte(rest[i:], '}')
 		if j < 0 {
-			return template{}, fmt.Errorf("template %q: { without }", t)
+			return template{}, &templateError{template: t, unclosed: true}
 		}
 		switch name := rest[i+1 : i+j]; name {
 		case "topic":
@@ -44,14 +64,28 @@ func compileTemplate(t, device string) (template, error) {
 			tp.parts = append(tp.parts, tplPart{lit: device})
 		default:
 			n, err := strconv.Atoi(name)
-			if err != nil || n < 1 {
-				return template{}, fmt.Errorf("template %q: unknown placeholder {%s}", t, name)
+			if err != nil || n < 1 || n > maxTemplateLevel {
+				return template{}, &templateError{template: t, placeholder: name}
 			}
 			tp.parts = append(tp.parts, tplPart{level: n})
 		}
 		rest = rest[i+j+1:]
 	}
 	return tp, nil
+}
+
+// standIn renders the template with level for {topic} and every {N}: the
+// topic it makes when each placeholder stands for one plain level.
+func (tp template) standIn(level string) string {
+	var b strings.Builder
+	for _, p := range tp.parts {
+		if p.level != 0 {
+			b.WriteString(level)
+		} else {
+			b.WriteString(p.lit)
+		}
+	}
+	return b.String()
 }
 
 // render makes the topic for source; ok is false when the template names a
@@ -101,7 +135,7 @@ func level(topic string, n int) (string, bool) {
 
 // outRoute is a compiled out-route.
 type outRoute struct {
-	config.OutRoute
+	OutRoute
 	index  int
 	filter string // with {device} replaced
 	topic  template
@@ -109,7 +143,7 @@ type outRoute struct {
 
 // inRoute is a compiled in-route.
 type inRoute struct {
-	config.InRoute
+	InRoute
 	index  int
 	filter string
 	topic  template
@@ -159,7 +193,7 @@ func subIDFor(filter string, taken map[int]bool) int {
 
 // compileRoutes builds a bridge's routes and gives overlapping in-route
 // filters their subscription identifiers.
-func compileRoutes(c config.Bridge, device string) ([]outRoute, []inRoute, error) {
+func compileRoutes(c Config, device string) ([]outRoute, []inRoute, error) {
 	outs := make([]outRoute, len(c.Out))
 	for i, r := range c.Out {
 		tp, err := compileTemplate(r.Topic, device)

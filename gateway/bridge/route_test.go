@@ -1,10 +1,6 @@
 package bridge
 
-import (
-	"testing"
-
-	"github.com/fieldgate/fieldgate/gateway/config"
-)
+import "testing"
 
 func TestTemplates(t *testing.T) {
 	for _, tc := range []struct {
@@ -29,7 +25,7 @@ func TestTemplates(t *testing.T) {
 			t.Errorf("%q on %q = %q, %v; want %q, %v", tc.tpl, tc.source, got, ok, tc.want, tc.ok)
 		}
 	}
-	for _, bad := range []string{"{nope}", "a/{", "{0}"} {
+	for _, bad := range []string{"{nope}", "a/{", "{0}", "{100}"} {
 		if _, err := compileTemplate(bad, "gw1"); err == nil {
 			t.Errorf("compileTemplate(%q) accepted", bad)
 		}
@@ -73,7 +69,7 @@ func TestOverlap(t *testing.T) {
 }
 
 func TestSubscriptionIdentifiersAreStableAndOnlyForOverlaps(t *testing.T) {
-	c := config.Bridge{Name: "cloud", In: []config.InRoute{
+	c := Config{Name: "cloud", In: []InRoute{
 		{Filter: "cmd/{device}/#", Topic: "{topic}", QoS: 1},
 		{Filter: "cmd/+/relay", Topic: "{topic}", QoS: 1},
 		{Filter: "ota/{device}", Topic: "{topic}", QoS: 1},
@@ -118,7 +114,7 @@ func TestSubscriptionIdentifiersAreStableAndOnlyForOverlaps(t *testing.T) {
 // error, and that a shared in-route gets one when its filter overlaps
 // another route's.
 func TestSubscriptionIdentifiersFollowMQTTMatching(t *testing.T) {
-	c := config.Bridge{Name: "cloud", In: []config.InRoute{
+	c := Config{Name: "cloud", In: []InRoute{
 		{Filter: "#", Topic: "cloud/{topic}", QoS: 1},
 		{Filter: "$SYS/broker/#", Topic: "cloud/sys/{3}", QoS: 0},
 	}}
@@ -133,7 +129,7 @@ func TestSubscriptionIdentifiersFollowMQTTMatching(t *testing.T) {
 		t.Errorf("overlapping = in[%d], in[%d]; want none, so that an MQTT 3.1.1 bridge may have both", a.index, b.index)
 	}
 
-	c.In = []config.InRoute{
+	c.In = []InRoute{
 		{Filter: "$share/gateways/cmd/{device}/#", Topic: "{topic}", QoS: 1},
 		{Filter: "cmd/+/relay", Topic: "{topic}", QoS: 1},
 	}

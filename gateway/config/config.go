@@ -21,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fieldgate/fieldgate/gateway/bridge"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/ops"
 	"github.com/fieldgate/fieldgate/storage"
@@ -47,7 +48,7 @@ type Config struct {
 	Gateway   Gateway           `yaml:"gateway"`
 	Sensors   []Sensor          `yaml:"sensors"`
 	Outputs   []Output          `yaml:"outputs"`
-	Bridges   []Bridge          `yaml:"bridges"`
+	Bridges   []bridge.Config   `yaml:"bridges"`
 
 	// src remembers where each key was written so that Validate can point
 	// at the line; it is empty for a Config built in code.
@@ -97,8 +98,8 @@ type Sensor struct {
 	Channels []Channel         `yaml:"channels"` // the inputs of a multi-channel converter such as the ADS1115
 }
 
-// defaults fills a sensor written in a file before its keys are decoded.
-func (s *Sensor) defaults() {
+// SetDefaults fills a sensor written in a file before its keys are decoded.
+func (s *Sensor) SetDefaults() {
 	// One second spreads readings without making them irregular.
 	s.Jitter = time.Second
 	// Two seconds is ample for every supported device (a DS18B20 needs
@@ -126,8 +127,8 @@ type Channel struct {
 	Class    string    `yaml:"class"`    // Home Assistant device_class, such as pressure
 }
 
-// defaults fills a channel written in a file before its keys are decoded.
-func (c *Channel) defaults() { c.Decimals = 3 }
+// SetDefaults fills a channel written in a file before its keys are decoded.
+func (c *Channel) SetDefaults() { c.Decimals = 3 }
 
 // Output is a GPIO output, such as a relay, that follows commands.
 type Output struct {
@@ -140,110 +141,10 @@ type Output struct {
 	QoS       int    `yaml:"qos"` // of the command subscription and the state messages
 }
 
-// defaults fills an output written in a file before its keys are decoded.
-func (o *Output) defaults() {
+// SetDefaults fills an output written in a file before its keys are decoded.
+func (o *Output) SetDefaults() {
 	o.SafeState = "off"
 	o.QoS = 1
-}
-
-// Bridge is one upstream (cloud) broker and what is carried to and from it.
-type Bridge struct {
-	Name     string `yaml:"name"`      // unique; names the outbox, the logs and the metrics
-	Address  string `yaml:"address"`   // host:port of the cloud broker
-	Protocol string `yaml:"protocol"`  // auto (5, falling back to 3.1.1), 5 or 3.1.1
-	ClientID string `yaml:"client_id"` // empty: fieldgate-{device}-{name}
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
-	// PasswordFile holds the password on its first line, which keeps the
-	// secret out of a configuration file that may be shared.
-	PasswordFile string    `yaml:"password_file"`
-	TLS          BridgeTLS `yaml:"tls"`
-
-	KeepAlive time.Duration `yaml:"keepalive"`
-	// SessionExpiry asks the upstream to keep our session (its
-	// subscriptions and what it queued for us) across a reconnect.
-	SessionExpiry time.Duration `yaml:"session_expiry"`
-	ReconnectMin  time.Duration `yaml:"reconnect_min"` // first wait after a failed connection
-	ReconnectMax  time.Duration `yaml:"reconnect_max"` // the wait doubles, with full jitter, up to this
-	// AckTimeout bounds the wait for a PUBACK, SUBACK or PINGRESP; past it
-	// the link is taken as half-open and replaced.
-	AckTimeout  time.Duration `yaml:"ack_timeout"`
-	MaxInflight int           `yaml:"max_inflight"` // QoS 1/2 messages unacknowledged upstream; the server's Receive Maximum also bounds it
-	// Rate paces sending, in messages per second, so a backlog after an
-	// outage neither floods the upstream nor starves the gateway; 0 is unpaced.
-	Rate           int           `yaml:"rate"`
-	MaxOutboxBytes int           `yaml:"max_outbox_bytes"` // what the outbox may hold on disk
-	MaxOutboxAge   time.Duration `yaml:"max_outbox_age"`   // older telemetry and state messages are dropped
-	Out            []OutRoute    `yaml:"out"`
-	In             []InRoute     `yaml:"in"`
-}
-
-// defaults fills a bridge written in a file before its keys are decoded.
-func (b *Bridge) defaults() {
-	b.Protocol = "auto"
-	b.KeepAlive = time.Minute
-	// A day covers a long outage of the gateway's own link while the
-	// upstream keeps our subscriptions and the commands sent meanwhile.
-	b.SessionExpiry = 24 * time.Hour
-	b.ReconnectMin = time.Second
-	b.ReconnectMax = 2 * time.Minute
-	b.AckTimeout = 30 * time.Second
-	b.MaxInflight = 32
-	// 500 a second drains a day of a busy site's telemetry in minutes
-	// while leaving most of a Pi Zero's cores to the broker.
-	b.Rate = 500
-	b.MaxOutboxBytes = 64 << 20
-	b.MaxOutboxAge = 7 * 24 * time.Hour
-}
-
-// BridgeTLS configures TLS to the upstream; with Enabled false the link is plain TCP.
-type BridgeTLS struct {
-	Enabled    bool   `yaml:"enabled"`
-	CAFile     string `yaml:"ca_file"`     // PEM roots; empty uses the system's
-	Cert       string `yaml:"cert"`        // client certificate for mutual TLS
-	Key        string `yaml:"key"`         // its private key
-	ServerName string `yaml:"server_name"` // the name to verify, when it is not the address's host
-}
-
-// Route classes: what an out-route's messages do when the outbox is full.
-const (
-	ClassTelemetry = "telemetry" // the oldest are dropped to make room
-	ClassAlarm     = "alarm"     // never dropped: new QoS 1/2 publishes are refused (0x97) while full
-	ClassState     = "state"     // only the latest message per topic is kept while queued
-)
-
-// OutRoute carries local messages matching Filter upstream.
-type OutRoute struct {
-	Filter string `yaml:"filter"` // a local topic filter; {device} is the gateway's name
-	// Topic is the remote topic template: {topic} is the local topic,
-	// {device} the gateway's name, {1}, {2}… the local topic's levels.
-	Topic      string `yaml:"topic"`
-	QoS        int    `yaml:"qos"`
-	Retain     bool   `yaml:"retain"`
-	Class      string `yaml:"class"`       // telemetry, alarm or state
-	MemoryOnly bool   `yaml:"memory_only"` // QoS 0 only: kept in memory, not on the SD card
-}
-
-// defaults fills an out-route written in a file before its keys are decoded.
-func (r *OutRoute) defaults() {
-	r.Topic = "{topic}"
-	r.QoS = 1
-	r.Class = ClassTelemetry
-}
-
-// InRoute brings remote messages matching Filter to local subscribers.
-type InRoute struct {
-	Filter string `yaml:"filter"` // a remote topic filter; {device} is the gateway's name
-	// Topic is the local topic template: {topic} is the remote topic,
-	// {device} the gateway's name, {1}, {2}… the remote topic's levels.
-	Topic string `yaml:"topic"`
-	QoS   int    `yaml:"qos"`
-}
-
-// defaults fills an in-route written in a file before its keys are decoded.
-func (r *InRoute) defaults() {
-	r.Topic = "{topic}"
-	r.QoS = 1
 }
 
 // Default returns the configuration used for every key a file leaves out.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fieldgate/fieldgate/gateway/bridge"
 )
 
 // problemsOf returns the problems carried by err, failing the test if err is
@@ -497,7 +499,7 @@ func TestBridgeDefaultsAndProblems(t *testing.T) {
 	if b.Protocol != "auto" || b.KeepAlive != time.Minute || b.ReconnectMax != 2*time.Minute || b.MaxInflight != 32 || b.MaxOutboxBytes != 64<<20 {
 		t.Errorf("bridge defaults not applied: %+v", b)
 	}
-	if r := b.Out[0]; r.QoS != 1 || r.Class != ClassTelemetry {
+	if r := b.Out[0]; r.QoS != 1 || r.Class != bridge.ClassTelemetry {
 		t.Errorf("out-route defaults not applied: %+v", r)
 	}
 	if r := b.In[0]; r.QoS != 1 {

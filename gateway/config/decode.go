@@ -176,7 +176,7 @@ func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		d.lines[ip] = item.Line
 		if def, ok := s.Index(i).Addr().Interface().(itemDefaults); ok {
-			def.defaults()
+			def.SetDefaults()
 		}
 		d.value(ip, item, s.Index(i))
 	}
@@ -184,9 +184,9 @@ func (d *decoder) sequence(path string, n *yaml.Node, v reflect.Value) {
 }
 
 // itemDefaults is implemented by list items whose keys have defaults, such
-// as a sensor's timeout: the item is filled with them before its keys are
-// decoded, so a key written in the file always wins.
-type itemDefaults interface{ defaults() }
+// as a sensor's timeout: the part that owns the item fills it with them
+// before its keys are decoded, so a key written in the file always wins.
+type itemDefaults interface{ SetDefaults() }
 
 // stringMap decodes a mapping of free-form keys to single values, such as a
 // sensor's driver options; its keys are checked later by whoever owns them.

@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/bridge"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/internal/check"
 	"github.com/fieldgate/fieldgate/matcher"
@@ -102,13 +100,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// MQTT limits on bridge settings.
-const (
-	maxMQTTKeepalive = 65535 * time.Second      // Keep Alive is a two-byte count of seconds (3.1.1 §3.1.2.10, 5.0 §3.1.2.10)
-	maxMQTTTwoByte   = 65535                    // receive maximum is a two-byte integer
-	maxSessionExpiry = 4294967295 * time.Second // a four-byte count of seconds (5.0 §3.1.2.11.2)
-)
-
 func (c *Config) problems() []Problem {
 	k := check.New(c.src.lines, c.src.file != "")
 
@@ -138,10 +129,7 @@ func (c *Config) problems() []Problem {
 		k.OneOf(p+".safe_state", o.SafeState, "off", "on")
 		k.IntRange(p+".qos", o.QoS, 0, 2, "1")
 	}
-	bridges := map[string]string{}
-	for i, b := range c.Bridges {
-		checkBridge(k, fmt.Sprintf("bridges[%d]", i), b, bridges)
-	}
+	bridge.Check(k, c.Bridges)
 	ps := make([]Problem, 0, len(k.Problems()))
 	for _, p := range k.Problems() {
 		ps = append(ps, c.Problem(p.Path, "%s", p.Msg))
@@ -183,110 +171,6 @@ func checkGateway(k *check.Checker, g Gateway) {
 		} else if strings.HasPrefix(kv[1], "$") {
 			k.Fail(kv[0], "%q cannot begin a topic: MQTT keeps topics starting with $ for the broker; use one such as site-7/fieldgate", kv[1])
 		}
-	}
-}
-
-func checkBridge(k *check.Checker, p string, b Bridge, names map[string]string) {
-	k.Name(p+".name", b.Name, names)
-	if b.Address == "" {
-		k.Fail(p+".address", "required: the cloud broker's host:port, such as mqtt.example.com:8883")
-	} else {
-		k.HostPort(p+".address", b.Address, "mqtt.example.com:8883")
-	}
-	k.OneOf(p+".protocol", b.Protocol, "auto", "5", "3.1.1")
-	if b.Password != "" && b.PasswordFile != "" {
-		k.Fail(p+".password_file", "set together with password; keep one")
-	}
-	if (b.TLS.Cert == "") != (b.TLS.Key == "") {
-		k.Fail(p+".tls.key", "cert and key go together for mutual TLS; set both or neither")
-	}
-	if !b.TLS.Enabled && b.TLS != (BridgeTLS{}) {
-		k.Fail(p+".tls.enabled", "TLS settings given but tls.enabled is false; set it to true")
-	}
-	if b.KeepAlive < time.Second || b.KeepAlive > maxMQTTKeepalive {
-		k.Fail(p+".keepalive", "%s is out of range; use 1s to 18h12m15s, such as 60s", b.KeepAlive)
-	}
-	if d := b.SessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
-		k.Fail(p+".session_expiry", "%s is not allowed; use whole seconds up to %s, such as 24h", d, maxSessionExpiry)
-	}
-	switch {
-	case b.ReconnectMin <= 0:
-		k.Fail(p+".reconnect_min", "%s is not allowed; use a positive duration, such as 1s", b.ReconnectMin)
-	case b.ReconnectMax < b.ReconnectMin:
-		k.Fail(k.Either(p+".reconnect_max", p+".reconnect_min"), "want reconnect_min (%s) <= reconnect_max (%s), such as 1s and 2m", b.ReconnectMin, b.ReconnectMax)
-	}
-	if b.AckTimeout < time.Second {
-		k.Fail(p+".ack_timeout", "%s is too short; use 1s or more, such as 30s", b.AckTimeout)
-	}
-	k.IntRange(p+".max_inflight", b.MaxInflight, 1, maxMQTTTwoByte, "32")
-	k.IntRange(p+".rate", b.Rate, 0, 1<<20, "500, or 0 for unpaced")
-	k.IntRange(p+".max_outbox_bytes", b.MaxOutboxBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "67108864 (64 MiB)")
-	if b.MaxOutboxAge < time.Minute {
-		k.Fail(p+".max_outbox_age", "%s is too short; use 1m or more, such as 168h", b.MaxOutboxAge)
-	}
-	if len(b.Out) == 0 && len(b.In) == 0 {
-		k.Fail(p, "has no routes; add out: or in: routes")
-	}
-	for j, r := range b.Out {
-		rp := fmt.Sprintf("%s.out[%d]", p, j)
-		checkRouteFilter(k, rp+".filter", r.Filter)
-		checkTemplate(k, rp+".topic", r.Topic)
-		k.IntRange(rp+".qos", r.QoS, 0, 2, "1")
-		k.OneOf(rp+".class", r.Class, ClassTelemetry, ClassAlarm, ClassState)
-		if r.MemoryOnly && r.QoS != 0 {
-			k.Fail(rp+".memory_only", "only for qos 0 routes: QoS 1/2 messages are kept on disk until acknowledged")
-		}
-	}
-	for j, r := range b.In {
-		rp := fmt.Sprintf("%s.in[%d]", p, j)
-		checkRouteFilter(k, rp+".filter", r.Filter)
-		checkTemplate(k, rp+".topic", r.Topic)
-		k.IntRange(rp+".qos", r.QoS, 0, 2, "1")
-	}
-}
-
-// routeFilter checks a route's filter, with {device} standing for a level.
-func checkRouteFilter(k *check.Checker, path, f string) {
-	if f == "" {
-		k.Fail(path, "required: a topic filter such as fieldgate/{device}/#")
-		return
-	}
-	if err := matcher.ValidateFilter(strings.ReplaceAll(f, "{device}", "device")); err != nil {
-		k.Fail(path, "%q is not a valid topic filter: %v", f, err)
-	}
-}
-
-// template checks a topic template: placeholders {topic}, {device} and
-// {1}…{99}, the rest literal, rendering a topic without wildcards.
-func checkTemplate(k *check.Checker, path, t string) {
-	if t == "" {
-		k.Fail(path, "required: a topic template such as site-7/{topic}")
-		return
-	}
-	rest := t
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(rest, '{')
-		if i < 0 {
-			b.WriteString(rest)
-			break
-		}
-		b.WriteString(rest[:i])
-		j := strings.IndexByte(rest[i:], '}')
-		if j < 0 {
-			k.Fail(path, "%q has a { without its }", t)
-			return
-		}
-		name := rest[i+1 : i+j]
-		if n, err := strconv.Atoi(name); name != "topic" && name != "device" && (err != nil || n < 1 || n > 99) {
-			k.Fail(path, "%q has an unknown placeholder {%s}; use {topic}, {device} or a level number such as {2}", t, name)
-			return
-		}
-		b.WriteString("x")
-		rest = rest[i+j+1:]
-	}
-	if err := matcher.ValidateTopic(b.String()); err != nil {
-		k.Fail(path, "%q does not make a valid topic: %v", t, err)
 	}
 }
 
