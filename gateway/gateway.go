@@ -370,7 +370,7 @@ func (g *gw) startSensors(cfg *config.Config) (*sensors.Poller, *broker.Client, 
 		}
 		alive = g.beat("sensors", quiet+30*time.Second).Alive
 	}
-	p, err := sensors.New(cfg, sensors.Options{Client: sensorClient{cl}, Log: g.log.With("component", "sensors"), Version: g.opts.Version, Alive: alive})
+	p, err := sensors.New(cfg.SensorsConfig(), sensors.Options{Client: sensorClient{cl}, Log: g.log.With("component", "sensors"), Version: g.opts.Version, Alive: alive})
 	if err == nil {
 		err = p.Start(g.ctx)
 	}

@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/sensors"
 )
 
 type reloadResult struct {
@@ -79,7 +80,7 @@ func TestReload(t *testing.T) {
 	// Not applicable: an output on a pin the simulated hardware lacks. The
 	// running configuration stays, sensors included.
 	bad := next
-	bad.Outputs = []config.Output{{Name: "ghost", Bus: "sim", Pin: "SIM_OUT9", SafeState: "off", QoS: 1}}
+	bad.Outputs = []sensors.Output{{Name: "ghost", Bus: "sim", Pin: "SIM_OUT9", SafeState: "off", QoS: 1}}
 	r = apply(&bad)
 	if r.err == nil || !strings.Contains(r.err.Error(), "SIM_OUT9") {
 		t.Fatalf("reload with a missing pin = %v, want an error naming it", r.err)

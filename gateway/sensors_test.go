@@ -15,6 +15,7 @@ import (
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/matcher"
+	"github.com/fieldgate/fieldgate/sensors"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -261,7 +262,7 @@ func TestDiscoveryRemovesDroppedSensor(t *testing.T) {
 	}
 
 	cfg2 := embeddedGateway(t, state)
-	var kept []config.Sensor
+	var kept []sensors.Sensor
 	for _, s := range cfg2.Sensors {
 		if s.Name != "climate" {
 			kept = append(kept, s)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"periph.io/x/conn/v3/i2c/i2ctest"
 )
 
@@ -140,16 +139,16 @@ func TestADS1x15ParseProblems(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		edit func(*config.Sensor)
+		edit func(*Sensor)
 		path string
 		want []string
 	}{
-		{"no channels", func(sc *config.Sensor) { sc.Channels = nil }, "sensors[0].channels", []string{"at least one input"}},
-		{"input", func(sc *config.Sensor) { sc.Channels[1].Input = "A3-A2" }, "sensors[0].channels[1].input",
+		{"no channels", func(sc *Sensor) { sc.Channels = nil }, "sensors[0].channels", []string{"at least one input"}},
+		{"input", func(sc *Sensor) { sc.Channels[1].Input = "A3-A2" }, "sensors[0].channels[1].input",
 			[]string{`"A3-A2" is not an input of the ads1115`, "A0, A1, A2, A3, A0-A1, A0-A3, A1-A3, A2-A3"}},
 		{"max_voltage", withOptions(map[string]string{"max_voltage": "7"}), "sensors[0].options.max_voltage", []string{"from 0.256 to 6.144"}},
 		{"data_rate", withOptions(map[string]string{"data_rate": "3300"}), "sensors[0].options.data_rate", []string{"8, 16, 32, 64, 128, 250, 475, 860"}},
-		{"ads1015 data_rate", func(sc *config.Sensor) { sc.Kind = "ads1015"; sc.Options = map[string]string{"data_rate": "860"} },
+		{"ads1015 data_rate", func(sc *Sensor) { sc.Kind = "ads1015"; sc.Options = map[string]string{"data_rate": "860"} },
 			"sensors[0].options.data_rate", []string{"128, 250, 490, 920, 1600, 2400, 3300"}},
 		{"unknown", withOptions(map[string]string{"gain": "1"}), "sensors[0].options.gain", []string{"known options: data_rate, max_voltage"}},
 	} {
@@ -159,23 +158,9 @@ func TestADS1x15ParseProblems(t *testing.T) {
 		}
 	}
 	// 3300 is one of the ADS1015's rates.
-	ps, _ := parseSensorYAML(t, adsDoc, func(sc *config.Sensor) { sc.Kind = "ads1015"; sc.Options = map[string]string{"data_rate": "3300"} })
+	ps, _ := parseSensorYAML(t, adsDoc, func(sc *Sensor) { sc.Kind = "ads1015"; sc.Options = map[string]string{"data_rate": "3300"} })
 	if len(ps) != 0 {
 		t.Errorf("ads1015 at 3300 SPS: %v", ps)
-	}
-}
-
-// TestADS1x15ConfigProblem checks that a bad input in a file is reported
-// by config.Parse with its line, through the kind's Parse.
-func TestADS1x15ConfigProblem(t *testing.T) {
-	doc := strings.Replace(adsDoc, "input: A2-A3", "input: A4", 1)
-	_, err := config.Parse("test.yaml", []byte(doc))
-	var ce *config.Error
-	if !errors.As(err, &ce) || len(ce.Problems) != 1 {
-		t.Fatalf("err = %v; want one problem", err)
-	}
-	if p := ce.Problems[0]; p.Path != "sensors[0].channels[1].input" || p.Line != 9 || !strings.Contains(p.Msg, `"A4"`) {
-		t.Errorf("problem = %+v; want channels[1].input on line 9", p)
 	}
 }
 

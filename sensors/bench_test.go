@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/broker"
-	"github.com/fieldgate/fieldgate/gateway/config"
 )
 
 // brokerClient adapts the broker's in-process client for these benchmarks,
@@ -25,8 +24,7 @@ func (c brokerClient) Subscribe(filter string, qos byte, h func(string, []byte, 
 // in-process subscriber to every reading (standing in for the bridge).
 func benchBroker(b *testing.B) (*broker.Broker, *broker.Client) {
 	b.Helper()
-	cfg := config.Default()
-	br, err := broker.New(broker.Options{Config: cfg.Broker}, nil)
+	br, err := broker.New(broker.Options{Config: broker.DefaultConfig()}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,11 +74,7 @@ func benchPoller(b *testing.B, n int, client Client, clock Clock) *Poller {
 	for i := range n {
 		fmt.Fprintf(&y, "  - {name: s%d, kind: bench-constant, bus: w1, address: x, interval: 1s, jitter: 500ms, qos: 0}\n", i)
 	}
-	cfg, err := config.Parse("bench.yaml", []byte(y.String()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := New(cfg, Options{Client: client, Clock: clock, Seed: 1})
+	p, err := New(parseConfig(b, y.String()), Options{Client: client, Clock: clock, Seed: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

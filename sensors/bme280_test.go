@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"periph.io/x/conn/v3/i2c"
 	"periph.io/x/conn/v3/i2c/i2ctest"
 )
@@ -250,7 +249,7 @@ func TestBME280ParseProblems(t *testing.T) {
 		{map[string]string{"mode": "normal"}, "", "sensors[0].options.mode", []string{"unknown option for bme280", "known options: filter, oversampling"}},
 		{nil, "0x40", "sensors[0].address", []string{"0x76 or 0x77, not 0x40"}},
 	} {
-		ps, _ := parseSensorYAML(t, bmxSensor("bme280", ""), func(sc *config.Sensor) {
+		ps, _ := parseSensorYAML(t, bmxSensor("bme280", ""), func(sc *Sensor) {
 			sc.Options = tc.options
 			if tc.address != "" {
 				sc.Address = tc.address

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fieldgate/fieldgate/gateway/config"
 )
 
 const ds18b20YAML = "sensors:\n  - {name: tank, kind: ds18b20, bus: w1, address: 28-0316a279f3ff, interval: 30s}\n"
@@ -190,26 +188,26 @@ func TestDS18B20Context(t *testing.T) {
 
 func TestDS18B20Parse(t *testing.T) {
 	for _, id := range []string{"28-0316a279f3ff", "22-000000b2c3d4", "3b-4c0000123abc"} {
-		ps, _ := parseSensorYAML(t, ds18b20YAML, func(sc *config.Sensor) { sc.Address = id })
+		ps, _ := parseSensorYAML(t, ds18b20YAML, func(sc *Sensor) { sc.Address = id })
 		if len(ps) != 0 {
 			t.Errorf("%s: %+v", id, ps)
 		}
 	}
 	for _, tc := range []struct {
-		edit       func(*config.Sensor)
+		edit       func(*Sensor)
 		path, want string
 	}{
-		{func(sc *config.Sensor) { sc.Address = "10-0008019e3c1a" },
+		{func(sc *Sensor) { sc.Address = "10-0008019e3c1a" },
 			"sensors[0].address", `"10-0008019e3c1a" has family code 10, which is not a DS18B20; use an id beginning 28- (DS18B20), 22- (DS1822) or 3b- (DS1825)`},
-		{func(sc *config.Sensor) { sc.Address = "28-0316A279F3FF" },
+		{func(sc *Sensor) { sc.Address = "28-0316A279F3FF" },
 			"sensors[0].address", "write it in lowercase as /sys/bus/w1/devices lists it: 28-0316a279f3ff"},
-		{func(sc *config.Sensor) { sc.Address = "28-0316a279f3f" },
+		{func(sc *Sensor) { sc.Address = "28-0316a279f3f" },
 			"sensors[0].address", "is not a 1-Wire device id; use the family code, a dash and 12 hex digits"},
-		{func(sc *config.Sensor) { sc.Address = "280316a279f3ff0" },
+		{func(sc *Sensor) { sc.Address = "280316a279f3ff0" },
 			"sensors[0].address", "is not a 1-Wire device id"},
-		{func(sc *config.Sensor) { sc.Address = "" },
+		{func(sc *Sensor) { sc.Address = "" },
 			"sensors[0].address", "required: the 1-Wire device id"},
-		{func(sc *config.Sensor) { sc.Bus = "1" },
+		{func(sc *Sensor) { sc.Bus = "1" },
 			"sensors[0].bus", `"1" is not allowed for ds18b20; use w1`},
 		{withOptions(map[string]string{"resolution": "12"}),
 			"sensors[0].options.resolution", "unknown option for ds18b20; it takes no options"},

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/sensors/sim"
 	"periph.io/x/conn/v3/gpio"
@@ -470,7 +469,7 @@ func TestGPIOInOpenFailures(t *testing.T) {
 func TestGPIOInParse(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		edit       func(*config.Sensor)
+		edit       func(*Sensor)
 		path, want string
 	}{
 		{"mode", withOptions(map[string]string{"mode": "toggle"}),
@@ -489,9 +488,9 @@ func TestGPIOInParse(t *testing.T) {
 			"sensors[0].options.debounce", "use a duration from 0s to 10s"},
 		{"unknown option", withOptions(map[string]string{"invert": "true"}),
 			"sensors[0].options.invert", "unknown option for gpio_in; known options: active_low, debounce, edge, mode, pull"},
-		{"bus", func(sc *config.Sensor) { sc.Bus = "1" },
+		{"bus", func(sc *Sensor) { sc.Bus = "1" },
 			"sensors[0].bus", `"1" is not allowed for gpio_in; use gpio`},
-		{"address", func(sc *config.Sensor) { sc.Address = "" },
+		{"address", func(sc *Sensor) { sc.Address = "" },
 			"sensors[0].address", "required: the pin name, such as GPIO17"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -504,29 +503,6 @@ func TestGPIOInParse(t *testing.T) {
 	ps, _ := parseSensorYAML(t, gpioInYAML, withOptions(map[string]string{"mode": "x", "edge": "y", "debounce": "z"}))
 	if len(ps) != 3 {
 		t.Errorf("problems = %+v; want three", ps)
-	}
-}
-
-func TestGPIOInProblemLine(t *testing.T) {
-	doc := "sensors:\n" +
-		"  - name: door\n" +
-		"    kind: gpio_in\n" +
-		"    bus: gpio\n" +
-		"    address: GPIO17\n" +
-		"    interval: 1m\n" +
-		"    options:\n" +
-		"      debounce: 20s\n"
-	_, err := config.Parse("site.yaml", []byte(doc))
-	var ce *config.Error
-	if !errors.As(err, &ce) {
-		t.Fatalf("config.Parse = %v; want a *config.Error", err)
-	}
-	if len(ce.Problems) != 1 {
-		t.Fatalf("problems = %+v", ce.Problems)
-	}
-	p := ce.Problems[0]
-	if p.File != "site.yaml" || p.Line != 8 || p.Path != "sensors[0].options.debounce" {
-		t.Errorf("problem at %s:%d %s; want site.yaml:8 sensors[0].options.debounce", p.File, p.Line, p.Path)
 	}
 }
 

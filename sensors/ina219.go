@@ -69,13 +69,13 @@ const (
 )
 
 func parseINA219(s *Spec) Opener {
-	before := len(s.problems)
+	before := s.failed
 	shunt := s.Float("shunt_ohms", 0.1, 0.001, 10)
 	maxI := s.Float("max_current", 3.2, 0.001, 320)
 	r := physic.ElectricResistance(math.Round(shunt * float64(physic.Ohm)))
 	i := physic.ElectricCurrent(math.Round(maxI * float64(physic.Ampere)))
 	// Compare with a little slack: 3.2 × 0.1 is 0.32000000000000006.
-	if v := maxI * shunt; len(s.problems) == before && (ina219Calibration(r, i) > 0xffff || v > ina219MaxShuntV*(1+1e-9)) {
+	if v := maxI * shunt; s.failed == before && (ina219Calibration(r, i) > 0xffff || v > ina219MaxShuntV*(1+1e-9)) {
 		// Point at the option the file wrote: a shunt_ohms that does
 		// not suit the default max_current is where the line is.
 		key, current := "options.max_current", fmt.Sprintf("%g A", maxI)

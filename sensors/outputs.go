@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"periph.io/x/conn/v3/gpio"
 )
 
@@ -16,7 +15,7 @@ import (
 // {prefix}/{device}/{name}/state.
 type output struct {
 	p   *Poller
-	cfg config.Output
+	cfg Output
 	log *slog.Logger
 
 	mu  sync.Mutex

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/check"
 )
 
 // Client is what the poller publishes and subscribes through: the broker's
@@ -56,7 +56,7 @@ type Poller struct {
 	log     *slog.Logger
 	clock   Clock
 	topics  topics
-	gw      config.Gateway
+	gw      Gateway
 	sensors []*sensor
 	outputs []*output
 
@@ -77,7 +77,7 @@ type BusyTracker interface{ Busy(delta int) }
 
 // New checks the configuration's sensors and outputs and prepares them; it
 // opens no hardware (Start does).
-func New(cfg *config.Config, opts Options) (*Poller, error) {
+func New(cfg Config, opts Options) (*Poller, error) {
 	if opts.Client == nil {
 		return nil, errors.New("sensors: no client to publish through")
 	}
@@ -93,8 +93,14 @@ func New(cfg *config.Config, opts Options) (*Poller, error) {
 	if opts.Seed == 0 {
 		opts.Seed = uint64(opts.Clock.Now().UnixNano())
 	}
-	if ps := check(cfg); len(ps) > 0 {
-		return nil, &config.Error{Problems: ps}
+	chk := check.New(nil, false)
+	cfg.Check(chk)
+	if ps := chk.Problems(); len(ps) > 0 {
+		errs := make([]error, len(ps))
+		for i, p := range ps {
+			errs[i] = fmt.Errorf("sensors: %s: %s", p.Path, p.Msg)
+		}
+		return nil, errors.Join(errs...)
 	}
 	gw := cfg.Gateway
 	gw.Name = DeviceName(gw.Name)
@@ -103,7 +109,7 @@ func New(cfg *config.Config, opts Options) (*Poller, error) {
 		p.busy = t.Busy
 	}
 	for i, sc := range cfg.Sensors {
-		k, spec, open := parse(cfg, i, sc)
+		k, spec, open := parse(check.New(nil, false), i, sc)
 		s := &sensor{p: p, cfg: sc, kind: k, spec: spec, open: open,
 			rng: rand.New(rand.NewPCG(opts.Seed, uint64(i))), log: p.log.With("sensor", sc.Name, "kind", sc.Kind)}
 		p.sensors = append(p.sensors, s)
@@ -249,7 +255,7 @@ type statusPayload struct {
 // sensor is one configured sensor and its schedule.
 type sensor struct {
 	p    *Poller
-	cfg  config.Sensor
+	cfg  Sensor
 	kind Kind
 	spec *Spec
 	open Opener

@@ -3,7 +3,6 @@ package sensors
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"periph.io/x/conn/v3/gpio"
 )
@@ -178,10 +176,7 @@ func pollerFor(t *testing.T, sensorsYAML string, devs map[string]*script) (*Poll
 		t.Cleanup(func() { scripts.Delete(key) })
 		sensorsYAML = strings.ReplaceAll(sensorsYAML, "name: "+name+"\n", "name: "+name+"\n    address: x\n")
 	}
-	cfg, err := config.Parse("test.yaml", []byte("gateway: {name: gw1}\nsensors:\n"+sensorsYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseConfig(t, "gateway: {name: gw1}\nsensors:\n"+sensorsYAML)
 	clock := newFakeClock(t)
 	rec := &recorder{clock: clock}
 	for _, d := range devs {
@@ -481,28 +476,21 @@ func TestPollerReadsAtOnceOnChange(t *testing.T) {
 }
 
 func TestPollerRejectsBadSensorsBeforeStarting(t *testing.T) {
-	cfg, err := config.Parse("t.yaml", []byte("sensors:\n  - {name: a, kind: test-script, bus: gpio, interval: 1s, options: {speed: fast}}\n"))
-	if err == nil {
-		_, err = New(cfg, Options{Client: &recorder{}})
-	}
+	cfg := decodeConfig(t, "sensors:\n  - {name: a, kind: test-script, bus: gpio, interval: 1s, options: {speed: fast}}\n")
+	_, err := New(cfg, Options{Client: &recorder{}})
 	if err == nil || !strings.Contains(err.Error(), "options.speed") || !strings.Contains(err.Error(), "unknown option") {
 		t.Fatalf("err = %v, want the unknown option named", err)
 	}
-	var cerr *config.Error
-	if !errors.As(err, &cerr) || cerr.Problems[0].Line != 2 {
-		t.Errorf("err = %#v, want a config problem on line 2", err)
-	}
+	// That a configuration file reports it on its line is
+	// gateway/config's TestSensorKindProblemsCarryTheirLine.
 }
 
 func TestOutputFollowsCommandsAndKeepsSafeState(t *testing.T) {
-	cfg, err := config.Parse("o.yaml", []byte(`gateway: {name: gw1}
+	cfg := parseConfig(t, `gateway: {name: gw1}
 outputs:
   - {name: pump, bus: sim, pin: SIM_OUT1, safe_state: "off"}
   - {name: vent, bus: sim, pin: SIM_OUT2, safe_state: "on", active_low: true}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	clock := newFakeClock(t)
 	rec := &recorder{clock: clock}
 	buses := &Buses{}

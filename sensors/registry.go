@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/check"
 	"periph.io/x/conn/v3/gpio"
 	"periph.io/x/conn/v3/i2c"
 )
@@ -84,17 +84,17 @@ func lookup(name string) (Kind, bool) {
 // accessors for the options, each recording what was asked for so that an
 // unknown option is reported, and Fail for anything else wrong.
 type Spec struct {
-	config.Sensor
+	Sensor
 	Addr uint16 // the parsed I²C address, for BusI2C kinds
 	// Quantities is what the device will report, when the driver knows it
 	// from the configuration alone; Parse sets it so that Home Assistant
 	// discovery can announce a sensor before its first reading.
 	Quantities []Quantity
 
-	path     string // sensors[i], for problem paths
-	cfg      *config.Config
-	used     map[string]bool
-	problems []config.Problem
+	path   string         // sensors[i], for problem paths
+	chk    *check.Checker // where problems go
+	failed int            // problems reported through Fail
+	used   map[string]bool
 }
 
 // Fail records a problem with key, a path below the sensor such as
@@ -104,11 +104,8 @@ func (s *Spec) Fail(key, format string, args ...any) {
 	if key != "" {
 		p += "." + key
 	}
-	if s.cfg != nil {
-		s.problems = append(s.problems, s.cfg.Problem(p, format, args...))
-		return
-	}
-	s.problems = append(s.problems, config.Problem{Path: p, Msg: fmt.Sprintf(format, args...)})
+	s.failed++
+	s.chk.Fail(p, format, args...)
 }
 
 // option returns the raw option and marks it known.
@@ -182,10 +179,10 @@ func (s *Spec) Text(key, def string) string {
 	return v
 }
 
-// parse checks one sensor against its kind and returns its opener, or the
-// problems found.
-func parse(cfg *config.Config, i int, sc config.Sensor) (Kind, *Spec, Opener) {
-	s := &Spec{Sensor: sc, path: fmt.Sprintf("sensors[%d]", i), cfg: cfg, used: map[string]bool{}}
+// parse checks one sensor, sensors[i], against its kind and returns its
+// opener; problems go to k.
+func parse(chk *check.Checker, i int, sc Sensor) (Kind, *Spec, Opener) {
+	s := &Spec{Sensor: sc, path: fmt.Sprintf("sensors[%d]", i), chk: chk, used: map[string]bool{}}
 	k, ok := lookup(sc.Kind)
 	if !ok {
 		if sc.Kind != "" {
@@ -251,21 +248,18 @@ func parse(cfg *config.Config, i int, sc config.Sensor) (Kind, *Spec, Opener) {
 // other than a reading.
 var reservedQuantity = []string{"status"}
 
-func check(cfg *config.Config) []config.Problem {
-	var ps []config.Problem
-	for i, sc := range cfg.Sensors {
-		_, s, _ := parse(cfg, i, sc)
+// checkKinds reports to k what each sensor's kind finds wrong with its
+// address, bus, options and channels.
+func checkKinds(k *check.Checker, sensors []Sensor) {
+	for i, sc := range sensors {
+		_, s, _ := parse(k, i, sc)
 		for j, ch := range sc.Channels {
 			if slices.Contains(reservedQuantity, ch.Name) {
 				s.Fail(fmt.Sprintf("channels[%d].name", j), "%q is reserved for the sensor's %s topic; choose another name", ch.Name, ch.Name)
 			}
 		}
-		ps = append(ps, s.problems...)
 	}
-	return ps
 }
-
-func init() { config.AddCheck(check) }
 
 func hexAddrs(as []uint16) string {
 	if len(as) == 0 {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fieldgate/fieldgate/gateway/config"
+	"github.com/fieldgate/fieldgate/internal/check"
 	"github.com/fieldgate/fieldgate/sensors/sim"
 	"periph.io/x/conn/v3/i2c/i2ctest"
 	"periph.io/x/conn/v3/physic"
@@ -17,31 +17,29 @@ import (
 // parseSensorYAML parses doc, a configuration whose first sensor is valid,
 // applies edit (when not nil) to that sensor and checks it with parse, as
 // the poller does; it returns the problems found and the opener.
-func parseSensorYAML(t *testing.T, doc string, edit func(*config.Sensor)) ([]config.Problem, Opener) {
+func parseSensorYAML(t *testing.T, doc string, edit func(*Sensor)) ([]check.Problem, Opener) {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(doc))
-	if err != nil {
-		t.Fatalf("config.Parse: %v", err)
-	}
+	cfg := parseConfig(t, doc)
 	sc := cfg.Sensors[0]
 	if edit != nil {
 		edit(&sc)
 	}
-	_, s, open := parse(cfg, 0, sc)
-	return s.problems, open
+	k := check.New(nil, false)
+	_, _, open := parse(k, 0, sc)
+	return k.Problems(), open
 }
 
 // wantProblem fails t unless ps is exactly one problem at path whose
 // message contains msg.
-func wantProblem(t *testing.T, ps []config.Problem, path, msg string) {
+func wantProblem(t *testing.T, ps []check.Problem, path, msg string) {
 	t.Helper()
 	if len(ps) != 1 || ps[0].Path != path || !strings.Contains(ps[0].Msg, msg) {
 		t.Errorf("problems = %+v; want one at %s containing %q", ps, path, msg)
 	}
 }
 
-func withOptions(opts map[string]string) func(*config.Sensor) {
-	return func(sc *config.Sensor) { sc.Options = opts }
+func withOptions(opts map[string]string) func(*Sensor) {
+	return func(sc *Sensor) { sc.Options = opts }
 }
 
 const (
@@ -345,10 +343,10 @@ func TestSHTParse(t *testing.T) {
 	ps, _ = parseSensorYAML(t, sht3xYAML, withOptions(map[string]string{"repeatability": "high"}))
 	wantProblem(t, ps, "sensors[0].options.repeatability", "unknown option for sht3x; known options: precision")
 
-	ps, _ = parseSensorYAML(t, sht3xYAML, func(sc *config.Sensor) { sc.Address = "0x46" })
+	ps, _ = parseSensorYAML(t, sht3xYAML, func(sc *Sensor) { sc.Address = "0x46" })
 	wantProblem(t, ps, "sensors[0].address", "a sht3x answers only at 0x44 or 0x45, not 0x46")
 
-	ps, _ = parseSensorYAML(t, sht4xYAML, func(sc *config.Sensor) { sc.Address = "0x46" })
+	ps, _ = parseSensorYAML(t, sht4xYAML, func(sc *Sensor) { sc.Address = "0x46" })
 	if len(ps) != 0 {
 		t.Errorf("sht4x at 0x46: %+v", ps)
 	}

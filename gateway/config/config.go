@@ -17,13 +17,13 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/ops"
+	"github.com/fieldgate/fieldgate/sensors"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -45,9 +45,9 @@ type Config struct {
 	Broker    broker.Config     `yaml:"broker"`
 	Listeners []broker.Listener `yaml:"listeners"`
 	Ops       ops.Config        `yaml:"ops"`
-	Gateway   Gateway           `yaml:"gateway"`
-	Sensors   []Sensor          `yaml:"sensors"`
-	Outputs   []Output          `yaml:"outputs"`
+	Gateway   sensors.Gateway   `yaml:"gateway"`
+	Sensors   []sensors.Sensor  `yaml:"sensors"`
+	Outputs   []sensors.Output  `yaml:"outputs"`
 	Bridges   []bridge.Config   `yaml:"bridges"`
 
 	// src remembers where each key was written so that Validate can point
@@ -61,92 +61,6 @@ type Log struct {
 	Format string `yaml:"format"` // text or json
 }
 
-// Gateway names this gateway in the topics its sensors publish on.
-type Gateway struct {
-	// Name is the {device} level of fieldgate/{device}/{sensor}/{quantity};
-	// empty means the host name, reduced to letters, digits, - and _.
-	Name            string `yaml:"name"`
-	TopicPrefix     string `yaml:"topic_prefix"`     // the first topic level of every reading
-	Discovery       bool   `yaml:"discovery"`        // publish Home Assistant MQTT discovery configs
-	DiscoveryPrefix string `yaml:"discovery_prefix"` // Home Assistant's discovery prefix
-}
-
-// Sensor is one device the gateway polls.
-type Sensor struct {
-	Name    string `yaml:"name"`    // becomes a topic level: fieldgate/{device}/{name}/...
-	Kind    string `yaml:"kind"`    // the driver, such as bme280, sht3x or ads1115
-	Bus     string `yaml:"bus"`     // where the device is wired: an I²C bus number, gpio, w1, or sim
-	Address string `yaml:"address"` // its address on the bus: 0x76, a pin name such as GPIO17, a 1-Wire id
-
-	Interval time.Duration `yaml:"interval"` // time between readings
-	// Jitter moves each reading by up to this much either way (never more
-	// than half the interval), so sensors sharing an interval do not all
-	// wake together.
-	Jitter  time.Duration `yaml:"jitter"`
-	Timeout time.Duration `yaml:"timeout"` // how long one read may take before it counts as failed
-	Retries int           `yaml:"retries"` // further attempts, with backoff, before a reading counts as failed
-	// MaxBackoff caps the wait between attempts on a sensor that keeps
-	// failing; a failing sensor is tried at its interval, doubling up to
-	// this (or the interval, if that is longer).
-	MaxBackoff time.Duration `yaml:"max_backoff"`
-	QoS        int           `yaml:"qos"`    // of the published readings
-	Retain     bool          `yaml:"retain"` // whether readings are retained
-
-	// Options are the driver's own settings; each driver documents and
-	// checks its keys.
-	Options  map[string]string `yaml:"options"`
-	Channels []Channel         `yaml:"channels"` // the inputs of a multi-channel converter such as the ADS1115
-}
-
-// SetDefaults fills a sensor written in a file before its keys are decoded.
-func (s *Sensor) SetDefaults() {
-	// One second spreads readings without making them irregular.
-	s.Jitter = time.Second
-	// Two seconds is ample for every supported device (a DS18B20 needs
-	// 750 ms at 12 bits), and short enough to notice a stuck bus.
-	s.Timeout = 2 * time.Second
-	s.Retries = 2
-	s.MaxBackoff = 5 * time.Minute
-	s.QoS = 1
-}
-
-// Channel is one input of a multi-channel sensor, published as its own quantity.
-type Channel struct {
-	Name  string `yaml:"name"`  // the quantity: a topic level such as tank-pressure
-	Input string `yaml:"input"` // the driver's input name, such as A0 or A0-A1
-	Unit  string `yaml:"unit"`  // the unit after scaling, such as bar or V
-	// From and To scale the measured value linearly: From[0] becomes To[0]
-	// and From[1] becomes To[1]. A 4–20 mA transmitter across a 100 Ω
-	// shunt reads 0.4–2.0 V: from [0.4, 2.0] to [0, 10] gives bar.
-	From []float64 `yaml:"from"`
-	To   []float64 `yaml:"to"`
-	// Range is the plausible [low, high] of the scaled value; a reading
-	// outside it is counted as implausible and not published.
-	Range    []float64 `yaml:"range"`
-	Decimals int       `yaml:"decimals"` // digits after the point in payloads
-	Class    string    `yaml:"class"`    // Home Assistant device_class, such as pressure
-}
-
-// SetDefaults fills a channel written in a file before its keys are decoded.
-func (c *Channel) SetDefaults() { c.Decimals = 3 }
-
-// Output is a GPIO output, such as a relay, that follows commands.
-type Output struct {
-	Name      string `yaml:"name"`       // a topic level: commands arrive on fieldgate/{device}/{name}/set
-	Bus       string `yaml:"bus"`        // gpio for the board's pins, or sim
-	Pin       string `yaml:"pin"`        // the pin name, such as GPIO17
-	ActiveLow bool   `yaml:"active_low"` // on drives the pin low, as most relay boards want
-	// SafeState is applied at start, before any command, and on shutdown.
-	SafeState string `yaml:"safe_state"`
-	QoS       int    `yaml:"qos"` // of the command subscription and the state messages
-}
-
-// SetDefaults fills an output written in a file before its keys are decoded.
-func (o *Output) SetDefaults() {
-	o.SafeState = "off"
-	o.QoS = 1
-}
-
 // Default returns the configuration used for every key a file leaves out.
 // It is the one place defaults are written down.
 func Default() *Config {
@@ -156,12 +70,14 @@ func Default() *Config {
 		Broker:    broker.DefaultConfig(),
 		Listeners: broker.DefaultListeners(),
 		Ops:       ops.DefaultConfig(),
-		Gateway: Gateway{
-			TopicPrefix:     "fieldgate",
-			Discovery:       true,
-			DiscoveryPrefix: "homeassistant",
-		},
+		Gateway:   sensors.DefaultGateway(),
 	}
+}
+
+// SensorsConfig returns the sections the sensors' poller runs: gateway,
+// sensors and outputs.
+func (c *Config) SensorsConfig() sensors.Config {
+	return sensors.Config{Gateway: c.Gateway, Sensors: c.Sensors, Outputs: c.Outputs}
 }
 
 // SlogLevel returns the slog level named by Level; unknown names give info.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge"
+	"github.com/fieldgate/fieldgate/sensors"
 )
 
 // problemsOf returns the problems carried by err, failing the test if err is
@@ -341,7 +342,7 @@ extra: true
 
 func TestValidateConfigBuiltInCode(t *testing.T) {
 	c := Default()
-	c.Sensors = append(c.Sensors, Sensor{Name: "x", Kind: "bme280", Bus: "sim", Timeout: time.Second, MaxBackoff: time.Minute})
+	c.Sensors = append(c.Sensors, sensors.Sensor{Name: "x", Kind: "bme280", Bus: "sim", Timeout: time.Second, MaxBackoff: time.Minute})
 	err := c.Validate()
 	ps := problemsOf(t, err)
 	if len(ps) != 1 || ps[0].Path != "sensors[0].interval" {

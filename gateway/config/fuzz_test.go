@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	"github.com/fieldgate/fieldgate/gateway/config"
-	// The sensor registry adds its checks of sensors: and outputs: to
-	// validation, as in the gateway binary.
-	_ "github.com/fieldgate/fieldgate/sensors"
 )
 
 // fuzzFile is the file name Parse is given: every problem must name it.
