@@ -1,11 +1,18 @@
-// Package config owns fieldgate's configuration: one YAML file decoded into
-// one typed struct, Config.
+// Package config composes fieldgate's configuration file: one YAML file
+// whose sections belong to the parts they configure. Each part owns the
+// types, defaults and check of its section (storage.Config; broker.Config
+// and broker.Listener; ops.Config; the sensors' Gateway, Sensor and
+// Output; bridge.Config); this package puts them together as Config, the
+// file's schema, decodes a file with the line of every key, starts from
+// each part's defaults, and runs each part's check. The log: section is
+// its own.
 //
-// The contract: every default lives in Default; a key the schema does not
-// know is an error, never silently ignored; and a broken file is reported
-// whole, every problem at once, each naming the key path, the file and line,
-// and what would be right. Parse and Load decode and validate; Validate can
-// be run again on a Config changed in code.
+// The contract: a key the schema does not know is an error, never silently
+// ignored; and a broken file is reported whole, every problem at once, each
+// naming the key path, the file and line, and what would be right. Parse
+// and Load decode and validate; Validate can be run again on a Config
+// changed in code. Nothing registers checks: Parse answers the same
+// whatever else is linked in.
 package config
 
 import (
@@ -23,6 +30,7 @@ import (
 	"github.com/fieldgate/fieldgate/gateway/bridge"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/ops"
+	"github.com/fieldgate/fieldgate/internal/check"
 	"github.com/fieldgate/fieldgate/sensors"
 	"github.com/fieldgate/fieldgate/storage"
 )
@@ -61,8 +69,15 @@ type Log struct {
 	Format string `yaml:"format"` // text or json
 }
 
-// Default returns the configuration used for every key a file leaves out.
-// It is the one place defaults are written down.
+// check reports the log section's problems to k.
+func (l Log) check(k *check.Checker) {
+	k.OneOf("log.level", l.Level, "debug", "info", "warn", "error")
+	k.OneOf("log.format", l.Format, "text", "json")
+}
+
+// Default returns the configuration used for every key a file leaves out:
+// each section's part's defaults (list items, such as a sensor, are
+// filled with theirs as they are decoded), and the log's.
 func Default() *Config {
 	return &Config{
 		Log:       Log{Level: "info", Format: "text"},

@@ -103,8 +103,7 @@ func (c *Config) Validate() error {
 // places every problem at its file and line.
 func (c *Config) problems() []Problem {
 	k := check.New(c.src.lines, c.src.file != "")
-	k.OneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
-	k.OneOf("log.format", c.Log.Format, "text", "json")
+	c.Log.check(k)
 	c.Storage.Check(k)
 	c.Broker.Check(k, c.Storage.MaxQueuedBytes)
 	broker.CheckListeners(k, c.Listeners)
