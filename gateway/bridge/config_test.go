@@ -1,73 +1,28 @@
 package bridge
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/fieldgate/fieldgate/internal/check"
+	"github.com/fieldgate/fieldgate/internal/testkit/configtest"
 )
 
-// The configuration file (gateway/config) decodes the bridges: list, and
-// it imports this package, so these tests cannot use it. parseBridge reads
-// the YAML the tests write as the file would: every bridge and route is
-// filled with its defaults before its keys are decoded (the UnmarshalYAML
-// methods below, which exist only in the tests), an unknown key is an
-// error, and the result is checked.
-
-// parseBridge decodes doc, a bridges: list, checks it, and returns its
-// first bridge.
+// parseBridge decodes doc, a bridges: list, as the configuration file
+// would (gateway/config, which imports this package, cannot serve its
+// tests), checks it, and returns its first bridge.
 func parseBridge(t testing.TB, doc string) Config {
 	t.Helper()
 	var file struct {
 		Bridges []Config `yaml:"bridges"`
 	}
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(doc)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&file); err != nil {
-		t.Fatalf("decoding the bridges: %v", err)
-	}
+	configtest.Decode(t, doc, &file)
 	k := check.New(nil, false)
 	Check(k, file.Bridges)
 	if ps := k.Problems(); len(ps) > 0 {
 		t.Fatalf("the bridges do not pass their check: %+v", ps)
 	}
 	return file.Bridges[0]
-}
-
-// decodeStrict decodes n into v, refusing keys v does not have (which
-// Node.Decode alone would ignore).
-func decodeStrict(n *yaml.Node, v any) error {
-	b, err := yaml.Marshal(n)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	return dec.Decode(v)
-}
-
-// UnmarshalYAML decodes a bridge of the tests' YAML over its defaults.
-func (c *Config) UnmarshalYAML(n *yaml.Node) error {
-	c.SetDefaults()
-	type plain Config
-	return decodeStrict(n, (*plain)(c))
-}
-
-// UnmarshalYAML decodes an out-route of the tests' YAML over its defaults.
-func (r *OutRoute) UnmarshalYAML(n *yaml.Node) error {
-	r.SetDefaults()
-	type plain OutRoute
-	return decodeStrict(n, (*plain)(r))
-}
-
-// UnmarshalYAML decodes an in-route of the tests' YAML over its defaults.
-func (r *InRoute) UnmarshalYAML(n *yaml.Node) error {
-	r.SetDefaults()
-	type plain InRoute
-	return decodeStrict(n, (*plain)(r))
 }
 
 // TestTemplateRulesAreTheCompilers: the configuration check refuses

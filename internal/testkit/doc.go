@@ -5,8 +5,9 @@
 // are the larger fixtures more than one package's tests need: mosquitto (a
 // real upstream broker), faultproxy (a TCP link that goes silent or is
 // cut), certs (a throwaway CA), pahotest (Paho clients that watch and
-// feed a broker), wiretest (hand-framed packets for test doubles) and
-// notifysocket (systemd's notify socket).
+// feed a broker), wiretest (hand-framed packets for test doubles),
+// notifysocket (systemd's notify socket) and configtest (a part's sections
+// of the configuration file read from YAML as the file reads them).
 // It is imported only from _test.go files; the firmware never links it.
 //
 // A deadline is how long a test waits for something that should happen:
