@@ -36,7 +36,7 @@ func (p *printer) Publish(_ context.Context, topic string, payload []byte, _ byt
 }
 
 func (p *printer) Subscribe(string, byte, func(string, []byte, bool)) error { return nil }
-func (p *printer) RetainedTopics(string) []string                         { return nil }
+func (p *printer) RetainedTopics(string) []string                           { return nil }
 
 // A kind is named in the configuration; the poller opens each sensor on its
 // bus (here the simulated one, so no hardware is needed) and publishes one
