@@ -31,24 +31,25 @@ import (
 // set, and its plausible range is the channel's range, or else the image
 // of ±max_voltage.
 
-func init() {
-	Register(Kind{
+// The kinds this file drives, listed in the table in kinds.go.
+var (
+	ads1115Kind = Kind{
 		Name:      "ads1115",
 		Doc:       "Texas Instruments ADS1115 16-bit four-input ADC",
 		Bus:       BusI2C,
 		Addresses: ads1x15Addresses,
 		Channels:  true,
 		Parse:     func(s *Spec) Opener { return parseADS1x15(s, ads1115Rates) },
-	})
-	Register(Kind{
+	}
+	ads1015Kind = Kind{
 		Name:      "ads1015",
 		Doc:       "Texas Instruments ADS1015 12-bit four-input ADC",
 		Bus:       BusI2C,
 		Addresses: ads1x15Addresses,
 		Channels:  true,
 		Parse:     func(s *Spec) Opener { return parseADS1x15(s, ads1015Rates) },
-	})
-}
+	}
+)
 
 // ads1x15Addresses are set by wiring the ADDR pin to GND, VDD, SDA or SCL.
 var ads1x15Addresses = []uint16{0x48, 0x49, 0x4a, 0x4b}

@@ -24,22 +24,23 @@ import (
 // chip, so that a configuration naming bme280 does not silently publish no
 // humidity.
 
-func init() {
-	Register(Kind{
+// The kinds this file drives, listed in the table in kinds.go.
+var (
+	bme280Kind = Kind{
 		Name:      "bme280",
 		Doc:       "Bosch BME280 temperature, humidity and pressure sensor",
 		Bus:       BusI2C,
 		Addresses: bmx280Addresses,
 		Parse:     func(s *Spec) Opener { return parseBMx280(s, true) },
-	})
-	Register(Kind{
+	}
+	bmp280Kind = Kind{
 		Name:      "bmp280",
 		Doc:       "Bosch BMP280 temperature and pressure sensor",
 		Bus:       BusI2C,
 		Addresses: bmx280Addresses,
 		Parse:     func(s *Spec) Opener { return parseBMx280(s, false) },
-	})
-}
+	}
+)
 
 // bmx280Addresses are set by the SDO pin: low 0x76, high 0x77.
 var bmx280Addresses = []uint16{0x76, 0x77}

@@ -38,13 +38,12 @@ import (
 	"syscall"
 )
 
-func init() {
-	Register(Kind{
-		Name:  "ds18b20",
-		Doc:   "Maxim DS18B20 (also DS1822, DS1825) temperature, through the kernel's 1-Wire driver",
-		Bus:   BusW1,
-		Parse: parseDS18B20,
-	})
+// ds18b20Kind is the kind this file drives, listed in the table in kinds.go.
+var ds18b20Kind = Kind{
+	Name:  "ds18b20",
+	Doc:   "Maxim DS18B20 (also DS1822, DS1825) temperature, through the kernel's 1-Wire driver",
+	Bus:   BusW1,
+	Parse: parseDS18B20,
 }
 
 // ds18b20Families are the 1-Wire family codes of the chips this driver

@@ -28,13 +28,12 @@ import (
 	"periph.io/x/conn/v3/gpio"
 )
 
-func init() {
-	Register(Kind{
-		Name:  "gpio_in",
-		Doc:   "digital input on a GPIO pin: a contact's state, or a pulse count",
-		Bus:   BusGPIO,
-		Parse: parseGPIOIn,
-	})
+// gpioInKind is the kind this file drives, listed in the table in kinds.go.
+var gpioInKind = Kind{
+	Name:  "gpio_in",
+	Doc:   "digital input on a GPIO pin: a contact's state, or a pulse count",
+	Bus:   BusGPIO,
+	Parse: parseGPIOIn,
 }
 
 // gpioEdgeWait bounds each wait for an edge. The goroutine checks for

@@ -26,14 +26,13 @@ import (
 // exceed 0.32 V; and the 16-bit calibration register cannot hold the
 // scale below about 20.5 mV.
 
-func init() {
-	Register(Kind{
-		Name:      "ina219",
-		Doc:       "Texas Instruments INA219 current, voltage and power monitor",
-		Bus:       BusI2C,
-		Addresses: ina219Addresses,
-		Parse:     parseINA219,
-	})
+// ina219Kind is the kind this file drives, listed in the table in kinds.go.
+var ina219Kind = Kind{
+	Name:      "ina219",
+	Doc:       "Texas Instruments INA219 current, voltage and power monitor",
+	Bus:       BusI2C,
+	Addresses: ina219Addresses,
+	Parse:     parseINA219,
 }
 
 // ina219Addresses are set by wiring A0 and A1 each to GND, VS, SDA or SCL.

@@ -27,22 +27,23 @@ import (
 	"periph.io/x/conn/v3/i2c"
 )
 
-func init() {
-	Register(Kind{
+// The kinds this file drives, listed in the table in kinds.go.
+var (
+	sht3xKind = Kind{
 		Name:      "sht3x",
 		Doc:       "Sensirion SHT30/SHT31/SHT35 temperature and humidity (I²C)",
 		Bus:       BusI2C,
 		Addresses: []uint16{0x44, 0x45},
 		Parse:     sht3x.parse,
-	})
-	Register(Kind{
+	}
+	sht4xKind = Kind{
 		Name:      "sht4x",
 		Doc:       "Sensirion SHT40/SHT41/SHT45 temperature and humidity (I²C)",
 		Bus:       BusI2C,
 		Addresses: []uint16{0x44, 0x45, 0x46},
 		Parse:     sht4x.parse,
-	})
-}
+	}
+)
 
 // shtPrecisions are the values of option precision, indexing the model's
 // commands and conversion times.

@@ -6,79 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/check"
-	"periph.io/x/conn/v3/gpio"
-	"periph.io/x/conn/v3/i2c"
 )
-
-// BusType is the kind of bus a driver's devices are wired to.
-type BusType int
-
-// The buses drivers use.
-const (
-	BusI2C  BusType = iota + 1 // address is a 7-bit I²C address such as 0x76
-	BusGPIO                    // address is a pin name such as GPIO17
-	BusW1                      // address is a kernel 1-Wire device id such as 28-0316a279f3ff
-)
-
-// Kind is one registered driver: what the configuration's kind names.
-type Kind struct {
-	Name string // as written in kind:, such as bme280
-	Doc  string // one line for help and error messages
-	Bus  BusType
-	// Addresses are the I²C addresses the chip can be strapped to; they
-	// name likely devices in a bus scan and catch a mistyped address.
-	Addresses []uint16
-	// Channels tells whether the kind takes channels: (an ADC does).
-	Channels bool
-	// Parse checks a sensor's options and channels without touching any
-	// hardware and returns how to open it; problems go to s.Fail.
-	Parse func(s *Spec) Opener
-}
-
-// Opener opens one configured device on its connected bus.
-type Opener func(c Conn) (Device, error)
-
-// Conn is the bus end a device is opened on; only the field for the
-// kind's BusType is set.
-type Conn struct {
-	I2C   i2c.Bus    // the bus, for BusI2C
-	Pin   gpio.PinIO // the pin, for BusGPIO
-	W1Dir string     // the device's sysfs directory, for BusW1
-}
-
-var (
-	kindsMu sync.RWMutex
-	kinds   = map[string]Kind{}
-)
-
-// Register adds a driver kind; each driver file calls it from init.
-// Registering a name twice panics: it is a programming error.
-func Register(k Kind) {
-	kindsMu.Lock()
-	defer kindsMu.Unlock()
-	if _, dup := kinds[k.Name]; dup {
-		panic("sensors: kind " + k.Name + " registered twice")
-	}
-	kinds[k.Name] = k
-}
-
-// Kinds returns the registered kinds sorted by name.
-func Kinds() []Kind {
-	kindsMu.RLock()
-	defer kindsMu.RUnlock()
-	return slices.SortedFunc(maps.Values(kinds), func(a, b Kind) int { return strings.Compare(a.Name, b.Name) })
-}
-
-func lookup(name string) (Kind, bool) {
-	kindsMu.RLock()
-	defer kindsMu.RUnlock()
-	k, ok := kinds[name]
-	return k, ok
-}
 
 // Spec is one sensor's configuration as its driver's Parse sees it: typed
 // accessors for the options, each recording what was asked for so that an
