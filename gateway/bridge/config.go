@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/check"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -112,16 +113,6 @@ func (r *InRoute) SetDefaults() {
 	r.QoS = 1
 }
 
-// MQTT limits that bound configuration values.
-const (
-	// Keep Alive is a two-byte count of seconds (3.1.1 §3.1.2.10, 5.0 §3.1.2.10).
-	maxMQTTKeepalive = 65535 * time.Second
-	// Receive Maximum is a two-byte integer (5.0 §3.2.2.3.3).
-	maxMQTTTwoByte = 65535
-	// Session expiry is a four-byte count of seconds (5.0 §3.1.2.11.2).
-	maxSessionExpiry = 4294967295 * time.Second
-)
-
 // Check reports the problems of the bridges: list to k.
 func Check(k *check.Checker, bridges []Config) {
 	names := map[string]string{}
@@ -147,11 +138,11 @@ func (c Config) check(k *check.Checker, p string, names map[string]string) {
 	if !c.TLS.Enabled && c.TLS != (TLS{}) {
 		k.Fail(p+".tls.enabled", "TLS settings given but tls.enabled is false; set it to true")
 	}
-	if c.KeepAlive < time.Second || c.KeepAlive > maxMQTTKeepalive {
-		k.Fail(p+".keepalive", "%s is out of range; use 1s to 18h12m15s, such as 60s", c.KeepAlive)
+	if c.KeepAlive < time.Second || c.KeepAlive > mqttwire.MaxKeepAlive {
+		k.Fail(p+".keepalive", "%s is out of range; use 1s to %s, such as 60s", c.KeepAlive, mqttwire.MaxKeepAlive)
 	}
-	if d := c.SessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
-		k.Fail(p+".session_expiry", "%s is not allowed; use whole seconds up to %s, such as 24h", d, maxSessionExpiry)
+	if d := c.SessionExpiry; d < 0 || d > mqttwire.MaxSessionExpiry || d%time.Second != 0 {
+		k.Fail(p+".session_expiry", "%s is not allowed; use whole seconds up to %s, such as 24h", d, mqttwire.MaxSessionExpiry)
 	}
 	switch {
 	case c.ReconnectMin <= 0:
@@ -162,7 +153,7 @@ func (c Config) check(k *check.Checker, p string, names map[string]string) {
 	if c.AckTimeout < time.Second {
 		k.Fail(p+".ack_timeout", "%s is too short; use 1s or more, such as 30s", c.AckTimeout)
 	}
-	k.IntRange(p+".max_inflight", c.MaxInflight, 1, maxMQTTTwoByte, "32")
+	k.IntRange(p+".max_inflight", c.MaxInflight, 1, mqttwire.MaxTwoByte, "32")
 	k.IntRange(p+".rate", c.Rate, 0, 1<<20, "500, or 0 for unpaced")
 	k.IntRange(p+".max_outbox_bytes", c.MaxOutboxBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "67108864 (64 MiB)")
 	if c.MaxOutboxAge < time.Minute {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/internal/check"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 )
 
 // Config is the broker: section of the configuration file: who may
@@ -106,29 +107,15 @@ func DefaultListeners() []Listener {
 	return []Listener{{Name: "default", Type: ListenerTCP, Address: "127.0.0.1:1883"}}
 }
 
-// MQTT limits that bound configuration values.
-const (
-	// The Remaining Length field carries at most 268,435,455 bytes, after
-	// one type byte and up to four length bytes (MQTT 3.1.1 and 5.0, §2.2.3
-	// and §2.1.4).
-	maxMQTTPacket = 1 + 4 + 268_435_455
-	// Keep Alive is a two-byte count of seconds (3.1.1 §3.1.2.10, 5.0 §3.1.2.10).
-	maxMQTTKeepalive = 65535 * time.Second
-	// Receive maximum and topic alias maximum are two-byte integers.
-	maxMQTTTwoByte = 65535
-	// Session expiry is a four-byte count of seconds (5.0 §3.1.2.11.2).
-	maxSessionExpiry = 4294967295 * time.Second
-)
-
 // Check reports the section's problems to k, under the key broker.
 // storeBudget is storage.max_queued_bytes, the budget of all persistent
 // sessions together, which one session's budget must fit in.
 func (c Config) Check(k *check.Checker, storeBudget int) {
-	if n := c.MaxPacketSize; n < 1 || n > maxMQTTPacket {
-		k.Fail("broker.max_packet_size", "%d is out of range; use 1 to %d bytes (the largest packet MQTT can encode)", n, maxMQTTPacket)
+	if n := c.MaxPacketSize; n < 1 || n > mqttwire.MaxPacket {
+		k.Fail("broker.max_packet_size", "%d is out of range; use 1 to %d bytes (the largest packet MQTT can encode)", n, mqttwire.MaxPacket)
 	}
-	if ka := c.MaxKeepalive; ka < time.Second || ka > maxMQTTKeepalive || ka%time.Second != 0 {
-		k.Fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, maxMQTTKeepalive)
+	if ka := c.MaxKeepalive; ka < time.Second || ka > mqttwire.MaxKeepAlive || ka%time.Second != 0 {
+		k.Fail("broker.max_keepalive", "%s is not allowed; use whole seconds from 1s to %s (the largest keepalive MQTT can carry)", ka, mqttwire.MaxKeepAlive)
 	}
 	if n, one := storeBudget, c.MaxQueuedBytes; n < one {
 		if k.Either("storage.max_queued_bytes", "broker.max_queued_bytes") == "storage.max_queued_bytes" {
@@ -137,9 +124,9 @@ func (c Config) Check(k *check.Checker, storeBudget int) {
 			k.Fail("broker.max_queued_bytes", "%d is more than storage.max_queued_bytes (%d), the budget of all sessions together; use at most that, or raise storage.max_queued_bytes", one, n)
 		}
 	}
-	k.IntRange("broker.receive_maximum", c.ReceiveMaximum, 1, maxMQTTTwoByte, "64")
-	k.IntRange("broker.max_inflight", c.MaxInflight, 1, maxMQTTTwoByte, "64")
-	k.IntRange("broker.topic_alias_maximum", c.TopicAliasMax, 0, maxMQTTTwoByte, "64, or 0 to refuse aliases")
+	k.IntRange("broker.receive_maximum", c.ReceiveMaximum, 1, mqttwire.MaxTwoByte, "64")
+	k.IntRange("broker.max_inflight", c.MaxInflight, 1, mqttwire.MaxTwoByte, "64")
+	k.IntRange("broker.topic_alias_maximum", c.TopicAliasMax, 0, mqttwire.MaxTwoByte, "64, or 0 to refuse aliases")
 	k.IntRange("broker.max_subscriptions", c.MaxSubscriptions, 1, 1<<20, "100")
 	k.IntRange("broker.read_buffer", c.ReadBuffer, 64, 1<<20, "1024")
 	k.IntRange("broker.write_buffer", c.WriteBuffer, 64, 1<<20, "4096")
@@ -150,8 +137,8 @@ func (c Config) Check(k *check.Checker, storeBudget int) {
 			k.Fail("broker.max_packet_size", "%d is too large for broker.max_queued_bytes (%d): a queued message counts its bytes twice plus 256, so a client could not receive one largest packet; use at most %d, or raise broker.max_queued_bytes", c.MaxPacketSize, n, max(0, (n-256)/2))
 		}
 	}
-	if d := c.MaxSessionExpiry; d < 0 || d > maxSessionExpiry || d%time.Second != 0 {
-		k.Fail("broker.max_session_expiry", "%s is not allowed; use whole seconds from 0s to %s, such as 168h", d, maxSessionExpiry)
+	if d := c.MaxSessionExpiry; d < 0 || d > mqttwire.MaxSessionExpiry || d%time.Second != 0 {
+		k.Fail("broker.max_session_expiry", "%s is not allowed; use whole seconds from 0s to %s, such as 168h", d, mqttwire.MaxSessionExpiry)
 	}
 	if d := c.InflightTimeout; d < time.Second {
 		k.Fail("broker.inflight_timeout", "%s is too short; use 1s or more, such as 2m", d)

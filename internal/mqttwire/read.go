@@ -10,14 +10,6 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// Limits of the framing: a remaining length is a variable byte integer of
-// at most four bytes (MQTT 3.1.1 §2.2.3, MQTT 5 §1.5.5), so a packet is at
-// most one header byte, four length bytes and that many body bytes.
-const (
-	MaxRemaining = 268_435_455          // the largest remaining length
-	MaxPacket    = 1 + 4 + MaxRemaining // the largest packet, in bytes
-)
-
 // bodyChunk is the most a packet body gets before its bytes arrive: a
 // peer announcing a large packet and sending it slowly (or never) pins
 // only what it has sent, not the size it announced.
