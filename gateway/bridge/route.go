@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -168,10 +169,6 @@ func receives(filter, topic string) bool {
 	return matcher.Matches(inner, topic)
 }
 
-// maxSubID is the largest subscription identifier MQTT 5 allows (a
-// variable byte integer, §3.8.2.1.2).
-const maxSubID = 268_435_455
-
 // subIDFor derives a filter's subscription identifier from the filter
 // itself, so that a restarted gateway resuming its upstream session gives
 // each filter the identifier the server still holds. taken resolves the
@@ -184,7 +181,7 @@ func subIDFor(filter string, taken map[int]bool) int {
 		if n > 0 {
 			h.Write([]byte{0, byte(n)})
 		}
-		id := int(h.Sum32()%maxSubID) + 1
+		id := int(h.Sum32()%mqttwire.MaxSubscriptionID) + 1
 		if !taken[id] {
 			return id
 		}

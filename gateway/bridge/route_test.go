@@ -1,6 +1,10 @@
 package bridge
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
+)
 
 func TestTemplates(t *testing.T) {
 	for _, tc := range []struct {
@@ -88,7 +92,7 @@ func TestSubscriptionIdentifiersAreStableAndOnlyForOverlaps(t *testing.T) {
 		t.Errorf("a filter overlapping nothing got identifier %d, want none", ins[2].subID)
 	}
 	for _, r := range ins[:2] {
-		if r.subID < 1 || r.subID > maxSubID {
+		if r.subID < 1 || r.subID > mqttwire.MaxSubscriptionID {
 			t.Errorf("identifier %d out of MQTT's range", r.subID)
 		}
 	}

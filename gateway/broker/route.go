@@ -134,8 +134,8 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 	var id uint32
 	if c.v5 && len(pk.Properties.SubscriptionIdentifier) > 0 {
 		v := pk.Properties.SubscriptionIdentifier[0]
-		if v <= 0 || v > 268_435_455 {
-			return failure(rcProtocolError, "subscription identifier %d is outside 1..268435455", v)
+		if v <= 0 || v > mqttwire.MaxSubscriptionID {
+			return failure(rcProtocolError, "subscription identifier %d is outside 1..%d", v, mqttwire.MaxSubscriptionID)
 		}
 		id = uint32(v)
 	}

@@ -32,7 +32,7 @@ func AppendAck(dst []byte, kind byte, pid uint16, code byte, v5 bool, reason str
 	if kind == packets.Pubrel {
 		h |= 0x02 // [MQTT-3.6.1-1]
 	}
-	if len(reason) > 0xFFFF {
+	if len(reason) > MaxString {
 		reason = ""
 	}
 	switch {
@@ -51,7 +51,7 @@ func AppendAck(dst []byte, kind byte, pid uint16, code byte, v5 bool, reason str
 
 // ackLen is the size of the acknowledgement AppendAck appends.
 func ackLen(code byte, v5 bool, reason string) int {
-	if len(reason) > 0xFFFF {
+	if len(reason) > MaxString {
 		reason = ""
 	}
 	switch {

@@ -347,8 +347,8 @@ func (c *Client) Subscribe(ctx context.Context, subs []Subscription) (reasons []
 		if s.QoS > 2 || s.RetainHandling > 2 {
 			errs = append(errs, fmt.Errorf("filter %q: QoS %d and retain handling %d, want each 0, 1 or 2", s.Filter, s.QoS, s.RetainHandling))
 		}
-		if s.ID < 0 || s.ID > 268435455 {
-			errs = append(errs, fmt.Errorf("filter %q: subscription identifier %d, want 1 to 268435455 or 0 for none", s.Filter, s.ID))
+		if s.ID < 0 || s.ID > mqttwire.MaxSubscriptionID {
+			errs = append(errs, fmt.Errorf("filter %q: subscription identifier %d, want 1 to %d or 0 for none", s.Filter, s.ID, mqttwire.MaxSubscriptionID))
 		}
 		if s.ID != 0 && !c.info.SubIDsAvailable {
 			errs = append(errs, fmt.Errorf("filter %q: subscription identifier %d, but %s has no subscription identifiers", s.Filter, s.ID, c.desc))

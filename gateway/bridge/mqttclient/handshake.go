@@ -209,7 +209,7 @@ func newClient(o Options, nc net.Conn, br *bufio.Reader, v byte, ack *packets.Pa
 		lastSent: time.Now(),
 	}
 	c.q.init()
-	c.info = Info{Version: v, SessionPresent: ack.SessionPresent, ReceiveMaximum: 65535, MaxQoS: 2, RetainAvailable: true}
+	c.info = Info{Version: v, SessionPresent: ack.SessionPresent, ReceiveMaximum: mqttwire.MaxTwoByte, MaxQoS: 2, RetainAvailable: true}
 	if c.v5 {
 		p := &ack.Properties
 		if p.ReceiveMaximum > 0 {

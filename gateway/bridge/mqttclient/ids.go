@@ -3,6 +3,8 @@ package mqttclient
 import (
 	"errors"
 	"sync"
+
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 )
 
 // Received is the inbound QoS 2 state of a session: the packet ids of
@@ -97,7 +99,7 @@ func (c *Client) inUseLocked(pid uint16) bool {
 // allocIDLocked returns a packet id no PUBLISH, SUBSCRIBE or UNSUBSCRIBE
 // in flight holds [MQTT-2.2.1-3], or 0 when all are taken.
 func (c *Client) allocIDLocked() uint16 {
-	for range 65535 {
+	for range mqttwire.MaxPacketID {
 		c.nextID++
 		if c.nextID == 0 {
 			c.nextID = 1

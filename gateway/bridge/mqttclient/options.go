@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 )
 
@@ -67,17 +68,17 @@ func (o *Options) check() error {
 	if o.Protocol != 0 && o.Protocol != 4 && o.Protocol != 5 {
 		errs = append(errs, fmt.Errorf("option Protocol %d: want 5, 4 (3.1.1) or 0 (5, falling back to 4)", o.Protocol))
 	}
-	if o.KeepAlive < 0 || o.KeepAlive > 65535*time.Second {
-		errs = append(errs, fmt.Errorf("option KeepAlive %v: want 0 to 65535s", o.KeepAlive))
+	if o.KeepAlive < 0 || o.KeepAlive > mqttwire.MaxKeepAlive {
+		errs = append(errs, fmt.Errorf("option KeepAlive %v: want 0 to %ds", o.KeepAlive, mqttwire.MaxKeepAlive/time.Second))
 	}
-	if o.SessionExpiry < 0 || o.SessionExpiry > 0xFFFFFFFF*time.Second {
-		errs = append(errs, fmt.Errorf("option SessionExpiry %v: want 0 to 4294967295s", o.SessionExpiry))
+	if o.SessionExpiry < 0 || o.SessionExpiry > mqttwire.MaxSessionExpiry {
+		errs = append(errs, fmt.Errorf("option SessionExpiry %v: want 0 to %ds", o.SessionExpiry, mqttwire.MaxSessionExpiry/time.Second))
 	}
 	if o.MaxInflight < 0 {
 		errs = append(errs, fmt.Errorf("option MaxInflight %d: want 0 (no cap of ours) or more", o.MaxInflight))
 	}
-	if len(o.ClientID) > 65535 || len(o.Username) > 65535 || len(o.Password) > 65535 {
-		errs = append(errs, errors.New("options ClientID, Username and Password must each be at most 65535 bytes"))
+	if len(o.ClientID) > mqttwire.MaxString || len(o.Username) > mqttwire.MaxString || len(o.Password) > mqttwire.MaxString {
+		errs = append(errs, fmt.Errorf("options ClientID, Username and Password must each be at most %d bytes", mqttwire.MaxString))
 	}
 	if w := o.Will; w != nil {
 		if err := matcher.ValidateTopic(w.Topic); err != nil {
@@ -86,8 +87,8 @@ func (o *Options) check() error {
 		if w.QoS > 2 {
 			errs = append(errs, fmt.Errorf("option Will.QoS %d: want 0, 1 or 2", w.QoS))
 		}
-		if len(w.Payload) > 65535 {
-			errs = append(errs, fmt.Errorf("option Will.Payload of %d bytes: at most 65535", len(w.Payload)))
+		if len(w.Payload) > mqttwire.MaxString {
+			errs = append(errs, fmt.Errorf("option Will.Payload of %d bytes: at most %d", len(w.Payload), mqttwire.MaxString))
 		}
 	}
 	if len(errs) == 0 {

@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -30,7 +31,7 @@ var hashCost = HashCost
 const MaxPasswordLen = 72
 
 // MaxUsernameLen is the longest username MQTT can carry [MQTT-1.5.4-1].
-const MaxUsernameLen = 65535
+const MaxUsernameLen = mqttwire.MaxString
 
 // dummyTail is the salt and digest of a bcrypt hash of 32 random bytes that
 // were then thrown away. Unknown users are compared against it, with the
@@ -189,7 +190,7 @@ func usernameProblem(user string) string {
 	case user == "":
 		return "the username is empty"
 	case len(user) > MaxUsernameLen:
-		return "the username is longer than 65535 bytes, the most MQTT carries"
+		return fmt.Sprintf("the username is longer than %d bytes, the most MQTT carries", MaxUsernameLen)
 	case strings.Contains(user, ":"):
 		return "the username contains ':', which separates it from the hash"
 	case user[0] == '#':
