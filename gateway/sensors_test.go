@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -38,35 +38,51 @@ func embeddedGateway(t *testing.T, statePath string) *config.Config {
 	return cfg
 }
 
-// startGateway runs cfg until the returned stop is called.
+// gatewayStart bounds how long startGateway waits for Run to finish
+// starting, before the time scale: far above how long a start takes, the
+// discovery pass's dozen stored publishes included.
+const gatewayStart = 20 * time.Second
+
+// startGateway runs cfg until the returned stop is called. It returns once
+// Run has logged that the gateway started: the listeners are bound, and
+// what the sensors publish at start (availability, the safe states, the
+// discovery pass with its removals) is stored, so a client that connects
+// then finds it retained, not still on its way.
 func startGateway(t *testing.T, cfg *config.Config) (stop func()) {
 	t.Helper()
+	var out testkit.Buffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, nil, "e2e") }()
-	deadline := time.Now().Add(testkit.Scale(5 * time.Second))
-	for {
-		c, err := net.Dial("tcp", cfg.Listeners[0].Address)
-		if err == nil {
-			c.Close()
-			break
+	var runErr error
+	finished := make(chan struct{})
+	go func() {
+		runErr = Run(ctx, cfg, log, "e2e")
+		close(finished)
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", out.String())
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("gateway not listening after %v: %v", testkit.Scale(5*time.Second), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
+			<-finished
+			if runErr != nil {
+				t.Errorf("Run: %v", runErr)
 			}
 		})
 	}
 	t.Cleanup(stop)
+	testkit.WaitFor(t, gatewayStart, "the gateway to start", func() bool {
+		select {
+		case <-finished:
+			t.Fatalf("Run returned before the gateway started: %v", runErr)
+		default:
+		}
+		return strings.Contains(out.String(), "gateway started")
+	})
 	return stop
 }
 
@@ -269,6 +285,9 @@ func TestDiscoveryRemovesDroppedSensor(t *testing.T) {
 		}
 	}
 	cfg2.Sensors = kept
+	// The start's discovery pass removes climate's configs, and startGateway
+	// returns only once the start is over, those removals stored; stopping
+	// at any moment after it must leave them removed.
 	stop2 := startGateway(t, cfg2)
 	col2, _ := collect(t, cfg2.Listeners[0].Address, "homeassistant/#")
 	col2.wait(t, "another sensor's discovery", func(last map[string]mqtt.Message, _ map[string]int) bool {
