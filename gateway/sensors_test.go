@@ -152,7 +152,19 @@ func TestSensorsEndToEnd(t *testing.T) {
 	for _, s := range cfg.Sensors {
 		wantReadings = append(wantReadings, "fieldgate/e2e/"+s.Name+"/")
 	}
-	col.wait(t, "a reading from every sensor", func(last map[string]mqtt.Message, _ map[string]int) bool {
+	// A sensor publishes its quantities one by one, so a reading from every
+	// sensor is not yet every quantity: wait for the eight the check below
+	// wants too.
+	col.wait(t, "a reading from every sensor, and at least 8 quantities", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		quantities := 0
+		for tp := range last {
+			if isReading(tp) {
+				quantities++
+			}
+		}
+		if quantities < 8 {
+			return false
+		}
 		for _, prefix := range wantReadings {
 			found := false
 			for tp := range last {
@@ -170,7 +182,7 @@ func TestSensorsEndToEnd(t *testing.T) {
 	col.mu.Lock()
 	readings := 0
 	for tp, m := range col.last {
-		if !strings.HasPrefix(tp, "fieldgate/e2e/") || strings.HasSuffix(tp, "/status") || strings.HasSuffix(tp, "/state") || strings.HasSuffix(tp, "/availability") {
+		if !isReading(tp) {
 			continue
 		}
 		var r struct {
@@ -196,10 +208,22 @@ func TestSensorsEndToEnd(t *testing.T) {
 	}
 
 	// Discovery: a retained config per quantity, each pointing at a state
-	// topic that carries readings, and a switch for the pump.
-	col.wait(t, "discovery configs", func(last map[string]mqtt.Message, _ map[string]int) bool {
-		return last["homeassistant/switch/fieldgate_e2e/pump/config"] != nil &&
-			last["homeassistant/sensor/fieldgate_e2e/climate_temperature/config"] != nil
+	// topic that carries readings, and a switch for the pump. The configs
+	// are retained before the first reading; wait for a reading on each.
+	col.wait(t, "discovery configs, and a reading on each sensor's state topic", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		if last["homeassistant/switch/fieldgate_e2e/pump/config"] == nil ||
+			last["homeassistant/sensor/fieldgate_e2e/climate_temperature/config"] == nil {
+			return false
+		}
+		for tp, m := range last {
+			var dc struct {
+				StateTopic string `json:"state_topic"`
+			}
+			if strings.HasPrefix(tp, "homeassistant/sensor/") && json.Unmarshal(m.Payload(), &dc) == nil && dc.StateTopic != "" && last[dc.StateTopic] == nil {
+				return false
+			}
+		}
+		return true
 	})
 	col.mu.Lock()
 	for tp, m := range col.last {
@@ -237,9 +261,16 @@ func TestSensorsEndToEnd(t *testing.T) {
 	col.wait(t, "pump OFF at start", state0("OFF"))
 	c.Publish("fieldgate/e2e/pump/set", 1, false, "ON").WaitTimeout(testkit.Scale(5 * time.Second))
 	col.wait(t, "pump ON after the command", state0("ON"))
+	// "1" is ON again: the state it publishes, after "maybe" was handled,
+	// is the moment to look.
+	col.mu.Lock()
+	states := col.n["fieldgate/e2e/pump/state"]
+	col.mu.Unlock()
 	c.Publish("fieldgate/e2e/pump/set", 1, false, "maybe").WaitTimeout(testkit.Scale(5 * time.Second))
 	c.Publish("fieldgate/e2e/pump/set", 1, false, "1").WaitTimeout(testkit.Scale(5 * time.Second))
-	time.Sleep(200 * time.Millisecond)
+	col.wait(t, "the pump's state after both commands", func(_ map[string]mqtt.Message, n map[string]int) bool {
+		return n["fieldgate/e2e/pump/state"] > states
+	})
 	col.wait(t, "pump still ON", state0("ON"))
 
 	// Home Assistant coming online gets the configs again.
@@ -260,6 +291,14 @@ func TestSensorsEndToEnd(t *testing.T) {
 	if got := retained["fieldgate/e2e/pump/state"]; got != "OFF" {
 		t.Errorf("retained pump state after shutdown = %q, want OFF (its safe state)", got)
 	}
+}
+
+// isReading tells the readings with a value and unit under the gateway's
+// prefix from its other topics: availability, a sensor's status, and the
+// states of outputs and contacts (the topics ending in /state).
+func isReading(topic string) bool {
+	return strings.HasPrefix(topic, "fieldgate/e2e/") && !strings.HasSuffix(topic, "/status") &&
+		!strings.HasSuffix(topic, "/state") && !strings.HasSuffix(topic, "/availability")
 }
 
 // TestDiscoveryRemovesDroppedSensor checks that a sensor taken out of the
