@@ -65,7 +65,8 @@ const (
 	// measured at 2–6 MiB on amd64.
 	slowOverhead = 8 << 20
 
-	// slowP99 is the latency the subscribers that keep up must see.
+	// slowP99 is the latency the subscribers that keep up must see, on a
+	// machine that gives the gateway and the test the CPU they ask for.
 	slowP99 = 50 * time.Millisecond
 	// slowQuiet: the subscribers are done taking what is still queued for
 	// them, once the publishers are done, when none has had a message for
@@ -337,12 +338,21 @@ func TestSlowConsumer(t *testing.T) {
 			l.ph.waitGW.Seconds()/secs, l.ph.waitTest.Seconds()/secs,
 			slowMS(slowQuantile(l.ph.late, 0.99)), slowMS(slowQuantile(l.ph.late, 1)), l.ph.loadAvg)
 	}
+	// The target is the gateway's: what a message waits for because
+	// runnable threads wait for a CPU that other work holds is the
+	// machine's, and the probe measured it in the same phase. So the
+	// bound is slowP99 plus the probe's p99 lateness, on the suite's
+	// time scale. On a quiet machine that adds a millisecond or two; on
+	// a shared one it keeps the test to its question (do slow subscribers
+	// hold the others back?), whose failure looks like seconds, not tens
+	// of milliseconds.
+	latBound := testkit.Scale(slowP99) + slowQuantile(load.late, 0.99)
 	switch {
 	case len(lat) == 0:
 		slowFail(t, rec, "the subscribers that keep up received nothing")
-	case p99 >= slowP99:
-		slowFail(t, rec, "p99 latency %s with the slow subscribers, not under %s (without them p99 %s; up to the subscribers' sockets p99 %s)",
-			slowMS(p99), slowMS(slowP99), slowMS(slowQuantile(ctlLat, 0.99)), slowMS(slowQuantile(sock, 0.99)))
+	case p99 >= latBound:
+		slowFail(t, rec, "p99 latency %s with the slow subscribers, not under %s (%s, plus the machine's own p99 scheduling delay %s; without them p99 %s; up to the subscribers' sockets p99 %s)",
+			slowMS(p99), slowMS(latBound), slowMS(testkit.Scale(slowP99)), slowMS(slowQuantile(load.late, 0.99)), slowMS(slowQuantile(ctlLat, 0.99)), slowMS(slowQuantile(sock, 0.99)))
 	}
 
 	g.stop()
