@@ -167,6 +167,8 @@ var suites = []struct{ id, title, what string }{
 		"Thousands of clients connect at once, then clients reconnect 100 times a second. Target: no leak: RSS and goroutines back to their baseline."},
 	{"malformed", "Malformed input over TCP",
 		"A corpus of malformed MQTT packets is sent to the running gateway; after every case a control client connects, subscribes, publishes and receives. Target: no panic, and the broker answers the control client after every case."},
+	{"hostile", "Hostile clients",
+		"Attacks a client on the LAN can make against the running gateway, each tried over the network: reading another user's messages, outliving a revoked permission, flooding logins, exhausting sessions, filters, retained bytes and the ops endpoint. Target: every attack is refused or bounded, and the bound's cost in memory and disk is measured."},
 	{"fuzz", "Fuzz targets",
 		"Every decoder's fuzz target, run for a bounded time. Target: no crash, no broken invariant."},
 	{"bad-config", "Bad configuration",
