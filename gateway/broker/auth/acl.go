@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/fieldgate/fieldgate/matcher"
@@ -183,33 +184,69 @@ func (p Permissions) allows(topic string, want access) bool {
 	return ok
 }
 
-// CanSubscribe reports whether the client may subscribe to filter: one rule
-// lets it read every topic the filter can match and no deny rule matches
-// any of them. A shared subscription is judged by the filter after
-// $share/{group}/.
-func (p Permissions) CanSubscribe(filter string) bool {
+// Grant is what the ACL decides for one subscription.
+type Grant uint8
+
+const (
+	// Refused: the filter matches no topic the client may read.
+	Refused Grant = iota
+	// Checked: granted, but some topics the filter matches may not be
+	// read, so each message is checked with CanRead before delivery.
+	Checked
+	// Covered: granted, and one read rule covers every topic the filter
+	// matches while no deny rule reaches any of them: delivery needs no
+	// check.
+	Covered
+)
+
+// Subscribe decides a subscription to filter, as Mosquitto does: it is
+// granted when some read rule allows some topic the filter matches, and
+// each message is then checked at delivery unless the subscription is
+// Covered. So one deny rule (secrets/#) leaves "#" subscribable, and the
+// deny holds per message. A shared subscription is judged by the filter
+// after $share/{group}/.
+func (p Permissions) Subscribe(filter string) Grant {
 	if _, inner, shared := matcher.SplitShared(filter); shared {
 		filter = inner
 	}
 	if p.open {
-		return true
+		return Covered
 	}
 	if filter == "" {
-		return false
+		return Refused
 	}
-	ok := false
+	readable, covered, denied := false, false, false
 	for _, g := range p.grants {
 		switch {
 		case g.access == accessDeny:
-			if g.all || matcher.Overlaps(g.filter, filter) {
-				return false
+			if g.all || matcher.Covers(g.filter, filter) {
+				return Refused
 			}
-		case !ok && g.access&accessRead != 0:
-			ok = matcher.Covers(g.filter, filter)
+			denied = denied || matcher.Overlaps(g.filter, filter)
+		case g.access&accessRead != 0 && !covered:
+			if matcher.Covers(g.filter, filter) {
+				readable, covered = true, true
+			} else if !readable {
+				readable = matcher.Overlaps(g.filter, filter)
+			}
 		}
 	}
-	return ok
+	switch {
+	case !readable:
+		return Refused
+	case covered && !denied:
+		return Covered
+	}
+	return Checked
 }
+
+// CanSubscribe reports whether the client may subscribe to filter: some
+// topic it matches may be read (see Subscribe).
+func (p Permissions) CanSubscribe(filter string) bool { return p.Subscribe(filter) != Refused }
+
+// Open reports whether the permissions allow everything: the ACL has no
+// rules, so nothing a client holds needs checking.
+func (p Permissions) Open() bool { return p.open }
 
 // CanPublish reports whether the client may publish to topic.
 func (a *ACL) CanPublish(user, clientID, topic string) bool {
@@ -224,4 +261,17 @@ func (a *ACL) CanSubscribe(user, clientID, filter string) bool {
 // CanRead reports whether a message on topic may be delivered to the client.
 func (a *ACL) CanRead(user, clientID, topic string) bool {
 	return a.For(user, clientID).CanRead(topic)
+}
+
+// String names the decision, for logs and test failures.
+func (g Grant) String() string {
+	switch g {
+	case Refused:
+		return "refused"
+	case Checked:
+		return "checked"
+	case Covered:
+		return "covered"
+	}
+	return "Grant(" + strconv.Itoa(int(g)) + ")"
 }

@@ -16,9 +16,12 @@ const (
 	pub op = iota
 	sub
 	read
+	cov // the subscription is Covered: no check per message
 )
 
-func (o op) String() string { return [...]string{"CanPublish", "CanSubscribe", "CanRead"}[o] }
+func (o op) String() string {
+	return [...]string{"CanPublish", "CanSubscribe", "CanRead", "Subscribe==Covered"}[o]
+}
 
 func ask(a *ACL, o op, user, clientID, arg string) bool {
 	switch o {
@@ -26,6 +29,8 @@ func ask(a *ACL, o op, user, clientID, arg string) bool {
 		return a.CanPublish(user, clientID, arg)
 	case sub:
 		return a.CanSubscribe(user, clientID, arg)
+	case cov:
+		return a.For(user, clientID).Subscribe(arg) == Covered
 	default:
 		return a.CanRead(user, clientID, arg)
 	}
@@ -53,6 +58,8 @@ func runACL(t *testing.T, a *ACL, cases []aclCase) {
 			got = p.CanPublish(c.arg)
 		case sub:
 			got = p.CanSubscribe(c.arg)
+		case cov:
+			got = p.Subscribe(c.arg) == Covered
 		default:
 			got = p.CanRead(c.arg)
 		}
@@ -89,10 +96,15 @@ func TestACL(t *testing.T) {
 		{"exact subscription", sub, "", "c1", "public/news", true},
 		{"deny wins over read", read, "", "c1", "public/secret/plan", false},
 		{"deny covers its parent", read, "", "c1", "public/secret", false},
-		{"subscription overlapping a deny", sub, "", "c1", "public/#", false},
-		{"+ reaches the denied parent", sub, "", "c1", "public/+", false},
-		{"+ one level deeper does not", sub, "", "c1", "public/+/x", false},
+		{"subscription overlapping a deny is granted", sub, "", "c1", "public/#", true},
+		{"…and checked per message", cov, "", "c1", "public/#", false},
+		{"+ reaching the denied parent is granted", sub, "", "c1", "public/+", true},
+		{"…and checked", cov, "", "c1", "public/+", false},
+		{"+ one level deeper overlaps the deny too", cov, "", "c1", "public/+/x", false},
 		{"subscription clear of the deny", sub, "", "c1", "public/news/+", true},
+		{"…needs no check", cov, "", "c1", "public/news/+", true},
+		{"a deny covering the filter refuses it", sub, "", "c1", "public/secret/#", false},
+		{"…and a filter below it", sub, "", "c1", "public/secret/a/+", false},
 		{"nothing allows it", read, "", "c1", "private/x", false},
 		{"nothing allows the subscription", sub, "", "c1", "private/#", false},
 
@@ -100,7 +112,9 @@ func TestACL(t *testing.T) {
 		{"own device topic", pub, "", "dev1", "devices/dev1/up", true},
 		{"own device subscription", sub, "", "dev1", "devices/dev1/#", true},
 		{"another device's topic", pub, "", "dev1", "devices/dev2/up", false},
-		{"another device's subscription", sub, "", "dev1", "devices/+/up", false},
+		{"a wildcard over devices is granted for the own device", sub, "", "dev1", "devices/+/up", true},
+		{"…and checked, so others' topics are withheld", cov, "", "dev1", "devices/+/up", false},
+		{"another device's subscription", sub, "", "dev1", "devices/dev2/#", false},
 		{"client id + does not widen", sub, "", "+", "devices/+/#", false},
 		{"client id + gets nothing", pub, "", "+", "devices/x/up", false},
 		{"client id # does not widen", read, "", "#", "devices/x", false},
@@ -131,13 +145,16 @@ func TestACL(t *testing.T) {
 		{"admin publishes anywhere", pub, "admin", "c", "site/a/temp", true},
 		{"admin subscribes widely", sub, "admin", "c", "site/#", true},
 		{"admin's deny", pub, "admin", "c", "vault/key", false},
-		{"admin's # overlaps the deny", sub, "admin", "c", "#", false},
+		{"admin's # overlapping the deny is granted", sub, "admin", "c", "#", true},
+		{"…and checked", cov, "admin", "c", "#", false},
+		{"admin's site/# is covered", cov, "admin", "c", "site/#", true},
 		{"admin's $SYS rule", sub, "admin", "c", "$SYS/#", true},
 		{"admin reads $SYS", read, "admin", "c", "$SYS/broker/uptime", true},
 		{"# alone does not reach $SYS", sub, "all", "c", "$SYS/#", false},
 		{"# alone does not read $SYS", read, "all", "c", "$SYS/broker/uptime", false},
 		{"# alone does not publish $SYS", pub, "all", "c", "$SYS/x", false},
-		{"# would cover #, but a deny for everyone overlaps it", sub, "all", "c", "#", false},
+		{"# is granted though a deny for everyone overlaps it", sub, "all", "c", "#", true},
+		{"…and checked", cov, "all", "c", "#", false},
 		{"# covers +/x", sub, "all", "c", "+/x", true},
 		{"every-client rules apply to named users", read, "bob", "c", "public/news", true},
 		{"user rules are exact", pub, "Admin", "c", "site/a/temp", false},
@@ -149,15 +166,21 @@ func TestACL(t *testing.T) {
 		{"viewer reads", read, "viewer", "c", "site/a/temp", true},
 		{"viewer's deny", read, "viewer", "c", "site/b/temp", false},
 		{"viewer subscribes one site", sub, "viewer", "c", "site/a/temp", true},
-		{"viewer's + reaches the denied site", sub, "viewer", "c", "site/+/temp", false},
+		{"viewer's + reaching the denied site is granted", sub, "viewer", "c", "site/+/temp", true},
+		{"…and checked", cov, "viewer", "c", "site/+/temp", false},
+		{"viewer's one site is covered", cov, "viewer", "c", "site/a/temp", true},
 		{"viewer may not publish", pub, "viewer", "c", "site/a/temp", false},
-		{"filter wider than the rule", sub, "viewer", "c", "site/a/#", false},
+		{"filter wider than the rule is granted", sub, "viewer", "c", "site/a/#", true},
+		{"…and checked", cov, "viewer", "c", "site/a/#", false},
+		{"viewer's filter clear of every read rule", sub, "viewer", "c", "site/a/hum", false},
 
 		// Shared subscriptions are judged by their filter.
 		{"shared, allowed", sub, "viewer", "c", "$share/g/site/a/temp", true},
 		{"shared, denied", sub, "viewer", "c", "$share/g/site/b/temp", false},
-		{"shared, overlapping the deny", sub, "viewer", "c", "$share/g/site/+/temp", false},
-		{"shared, not allowed", sub, "viewer", "c", "$share/g/#", false},
+		{"shared, overlapping the deny", sub, "viewer", "c", "$share/g/site/+/temp", true},
+		{"shared, overlapping the deny, checked", cov, "viewer", "c", "$share/g/site/+/temp", false},
+		{"shared, some topics readable", sub, "viewer", "c", "$share/g/#", true},
+		{"shared, nothing readable", sub, "viewer", "c", "$share/g/site/a/hum", false},
 		{"shared, no filter", sub, "admin", "c", "$share/g", false},
 		{"shared %c", sub, "", "dev1", "$share/grp/devices/dev1/cmd", true},
 	})
@@ -199,8 +222,8 @@ func TestACLBadRules(t *testing.T) {
 	})
 }
 
-// TestACLSubscribeExactCover checks that a read rule allows a subscription
-// matching no topic the rule does not, though the two filters differ level
+// TestACLSubscribeExactCover checks that a read rule covers a subscription
+// (no check per message) matching no topic the rule does not, though the two filters differ level
 // by level: no topic has zero levels and none is empty, so "+/#" matches
 // every topic "#" does and "/+/#" every topic "/#" does.
 func TestACLSubscribeExactCover(t *testing.T) {
@@ -210,14 +233,14 @@ func TestACLSubscribeExactCover(t *testing.T) {
 		{User: "w", Topic: "+/+/#", Access: "read"},
 	})
 	runACL(t, a, []aclCase{
-		{"+/# covers #", sub, "u", "c", "#", true},
-		{"… shared too", sub, "u", "c", "$share/g/#", true},
-		{"+/# does not cover $SYS", sub, "u", "c", "$SYS/#", false},
-		{"/+/# covers /#", sub, "v", "c", "/#", true},
+		{"+/# covers #", cov, "u", "c", "#", true},
+		{"… shared too", cov, "u", "c", "$share/g/#", true},
+		{"+/# does not cover $SYS", cov, "u", "c", "$SYS/#", false},
+		{"/+/# covers /#", cov, "v", "c", "/#", true},
 		{"/+/# reads /", read, "v", "c", "/", true},
-		{"+/+/# covers /#", sub, "w", "c", "/#", true},
-		{"+/+/# does not cover #", sub, "w", "c", "#", false},
-		{"+/+/# does not cover a/#", sub, "w", "c", "a/#", false},
+		{"+/+/# covers /#", cov, "w", "c", "/#", true},
+		{"+/+/# does not cover #", cov, "w", "c", "#", false},
+		{"+/+/# does not cover a/#", cov, "w", "c", "a/#", false},
 	})
 }
 
@@ -307,15 +330,17 @@ func randomRules(r *rand.Rand) []ACLRule {
 	return rules
 }
 
-// TestSubscribeImpliesRead is the property the broker relies on: whatever
-// a subscription lets through, the per-message check allows too.
+// TestSubscribeImpliesRead is the property the broker relies on: a
+// subscription delivered without a check per message (Covered) lets
+// through only what CanRead allows, and a refused one could have received
+// nothing CanRead allows.
 func TestSubscribeImpliesRead(t *testing.T) {
 	topics := allTopics(4)
 	clients := []struct{ user, clientID string }{
 		{"u", "a"}, {"", "b"}, {"a", "b"}, {"+", "#"}, {"a/b", "a/b"}, {"$s", "$s"}, {"", ""},
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	allowed := 0
+	seen := map[Grant]int{}
 	for range 400 {
 		rules := randomRules(r)
 		a := NewACL(rules)
@@ -323,23 +348,32 @@ func TestSubscribeImpliesRead(t *testing.T) {
 			p := a.For(c.user, c.clientID)
 			for range 10 {
 				f := randomFilter(r)
-				if !p.CanSubscribe(f) {
-					continue
-				}
-				allowed++
+				g := p.Subscribe(f)
+				seen[g]++
+				readable := false
 				for _, topic := range topics {
-					if matcher.Matches(f, topic) && !p.CanRead(topic) {
-						t.Fatalf("rules %+v, client %+v: CanSubscribe(%q) but not CanRead(%q)", rules, c, f, topic)
+					if !matcher.Matches(f, topic) {
+						continue
+					}
+					ok := p.CanRead(topic)
+					readable = readable || ok
+					if g == Covered && !ok {
+						t.Fatalf("rules %+v, client %+v: %q is Covered but CanRead(%q) is false", rules, c, f, topic)
 					}
 				}
-				if !p.CanSubscribe("$share/g/" + f) {
-					t.Fatalf("rules %+v, client %+v: %q allowed but not shared", rules, c, f)
+				if g == Refused && readable {
+					t.Fatalf("rules %+v, client %+v: %q is Refused, yet a topic it matches may be read", rules, c, f)
+				}
+				if sg := p.Subscribe("$share/g/" + f); sg != g {
+					t.Fatalf("rules %+v, client %+v: %q is %v but %v shared", rules, c, f, g, sg)
 				}
 			}
 		}
 	}
-	if allowed < 100 {
-		t.Errorf("only %d subscriptions were allowed; the property was hardly tested", allowed)
+	for _, g := range []Grant{Refused, Checked, Covered} {
+		if seen[g] < 100 {
+			t.Errorf("only %d subscriptions were decided %v; the property was hardly tested", seen[g], g)
+		}
 	}
 }
 

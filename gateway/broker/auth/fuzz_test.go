@@ -177,8 +177,8 @@ func fuzzTopics(filter string) []string {
 // FuzzACL builds an ACL from arbitrary rules and asks it about arbitrary
 // clients, filters and topics. It must not panic, and:
 //
-//   - a client allowed to subscribe to a filter may read every topic the
-//     filter matches: CanSubscribe never grants what CanRead refuses;
+//   - a subscription delivered without a check per message (Covered)
+//     matches no topic CanRead refuses, and a Refused one none it allows;
 //   - a rule whose access is not understood denies its user everything;
 //   - with no rules everything is allowed;
 //   - the per-connection Permissions agree with the one-off questions.
@@ -206,8 +206,8 @@ func FuzzACL(f *testing.F) {
 				filter = "$share/g/" + filter
 			}
 			p := a.For(user, client)
-			canSub := p.CanSubscribe(filter)
-			if canSub != a.CanSubscribe(user, client, filter) {
+			grant := p.Subscribe(filter)
+			if (grant != Refused) != a.CanSubscribe(user, client, filter) {
 				t.Fatalf("CanSubscribe(%q) differs between the forms", filter)
 			}
 			for _, topic := range append(fuzzTopics(filter), r.filter(fuzzTopicBits)) {
@@ -222,9 +222,13 @@ func FuzzACL(f *testing.F) {
 				if !shared {
 					inner = filter
 				}
-				if canSub && matcher.ValidateFilter(filter) == nil && matcher.ValidateTopic(topic) == nil &&
-					matcher.Matches(inner, topic) && !canRead {
-					t.Fatalf("rules %+v: user %q client %q may subscribe to %q but not read %q", rules, user, client, filter, topic)
+				if matcher.ValidateFilter(filter) == nil && matcher.ValidateTopic(topic) == nil && matcher.Matches(inner, topic) {
+					if grant == Covered && !canRead {
+						t.Fatalf("rules %+v: user %q client %q: %q is Covered but %q may not be read", rules, user, client, filter, topic)
+					}
+					if grant == Refused && canRead {
+						t.Fatalf("rules %+v: user %q client %q: %q is Refused but %q may be read", rules, user, client, filter, topic)
+					}
 				}
 				for _, rl := range rules {
 					if rl.User != "" && rl.User != "*" && rl.User != user {
