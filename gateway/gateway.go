@@ -252,8 +252,13 @@ func (g *gw) reload(next *config.Config) (applied, restart []string, err error) 
 		applied = append(applied, "log.level")
 	}
 	if differs(cur.Broker.ACL, next.Broker.ACL) {
-		g.b.SetACL(next.Broker.ACL)
-		applied = append(applied, "broker.acl (for new connections)")
+		// The rules apply at once to every session, connected or not;
+		// a failure to store what they took is reported, and what is in
+		// memory already follows the new rules.
+		if err := g.b.SetACL(next.Broker.ACL); err != nil {
+			return applied, restart, fmt.Errorf("broker.acl: storing the sessions' dropped subscriptions: %w", err)
+		}
+		applied = append(applied, "broker.acl")
 	}
 	if differs(cur.Sensors, next.Sensors) || differs(cur.Outputs, next.Outputs) || differs(cur.Gateway, next.Gateway) {
 		if err := g.restartSensors(next); err != nil {

@@ -112,6 +112,7 @@ type Broker struct {
 type stats struct {
 	msgsRecv, msgsSent, bytesRecv, bytesSent, dropped atomic.Int64
 	refused                                           atomic.Int64 // messages a queue policy turned away
+	withheld                                          atomic.Int64 // deliveries the ACL withheld from a checked subscription
 	connected, totalConns                             atomic.Int64
 }
 
@@ -425,12 +426,6 @@ func (b *Broker) sweep(now time.Time) {
 		b.log.Warn("disconnecting a stalled client", "client", c.clientID, "waited", b.opts.InflightTimeout)
 		c.shutdown(rcQuotaExceeded, "")
 	}
-}
-
-// SetACL replaces the access rules; connections made from now on get the
-// new ones, connections already open keep the rules they were given.
-func (b *Broker) SetACL(rules []auth.ACLRule) {
-	b.acl.Store(auth.NewACL(rules))
 }
 
 // CheckPassword reports whether password is user's in the broker's

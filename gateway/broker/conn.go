@@ -34,10 +34,10 @@ type conn struct {
 	maxOut      uint32 // largest packet the client accepts, 0 for no limit
 	aliasMax    uint16 // topic aliases the client accepts from us
 	keepalive   time.Duration
-	perms       auth.Permissions // the client's ACL rules
-	acksWaiting atomic.Int32     // acknowledgements waiting for a commit
-	problemOff  bool             // the client asked for no reason strings [MQTT-3.1.2-29]
-	askedExpiry uint32           // the session expiry interval CONNECT asked for
+	perms       atomic.Pointer[auth.Permissions] // the client's ACL rules, replaced by a reload (session.applyACL)
+	acksWaiting atomic.Int32                     // acknowledgements waiting for a commit
+	problemOff  bool                             // the client asked for no reason strings [MQTT-3.1.2-29]
+	askedExpiry uint32                           // the session expiry interval CONNECT asked for
 
 	// qmu guards the outbound queue.
 	qmu      sync.Mutex

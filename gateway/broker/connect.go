@@ -211,11 +211,12 @@ func (c *conn) accept(pk *packets.Packet) bool {
 	}
 
 	// The client's ACL rules, worked out once for its user and client id.
-	c.perms = b.acl.Load().For(c.user, c.clientID)
+	perms := b.acl.Load().For(c.user, c.clientID)
+	c.perms.Store(&perms)
 
 	var w *will
 	if cp.WillFlag {
-		if !c.perms.CanPublish(cp.WillTopic) || strings.HasPrefix(cp.WillTopic, "$") {
+		if !perms.CanPublish(cp.WillTopic) || strings.HasPrefix(cp.WillTopic, "$") {
 			c.refuse(pk.ProtocolVersion, rcNotAuthorized, "not authorized to publish the will topic "+cp.WillTopic)
 			return false
 		}
@@ -236,8 +237,11 @@ func (c *conn) accept(pk *packets.Packet) bool {
 	}
 	if err := b.attach(c, cp.Clean, expiry, w, connack); err != nil {
 		code := byte(rcServerBusy)
-		if errors.Is(err, errReservedID) {
+		switch {
+		case errors.Is(err, errReservedID):
 			code = rcClientIDInvalid
+		case errors.Is(err, errSessionOwner):
+			code = rcNotAuthorized
 		}
 		c.refuse(pk.ProtocolVersion, code, err.Error())
 		return false
@@ -284,6 +288,17 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 		// An expired session is gone even before the once-a-second sweep
 		// removes it [MQTT-4.1.0-2].
 		expired := oc == nil && !old.expireAt.IsZero() && !now.Before(old.expireAt)
+		if !expired && old.user != c.user {
+			// A session belongs to the user who made it: another user
+			// taking its client id over would inherit its subscriptions
+			// and queue, and a clean start would destroy them.
+			owner := old.user
+			old.mu.Unlock()
+			b.mu.Unlock()
+			b.log.Warn("connection refused: the client id belongs to another user's session", "client", c.clientID,
+				"user", c.user, "owner", owner, "remote", c.remote)
+			return errSessionOwner
+		}
 		if oc != nil {
 			// Session takeover [MQTT-3.1.4-3]: the old connection's will
 			// goes out unless the session lives on and its delay has not
@@ -323,14 +338,21 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 	}
 	s.mu.Lock()
 	s.user = c.user
+	s.local = c.local != nil
 	s.expiry = expiry
 	s.expireAt = time.Time{}
 	s.will, s.willAt = w, time.Time{}
-	if b.store != nil && (s.persistent(b) || s.stored) {
+	// What a resumed session holds is checked against the rules in force
+	// now, which may have changed while it was away.
+	var bt storage.Batch
+	dropped, unqueued := s.applyACL(b, b.acl.Load(), &bt)
+	b.logACL(s, "resumed", dropped, unqueued)
+	p := s.perms
+	c.perms.Store(&p)
+	if b.store != nil && (s.persistent(b) || s.stored || !bt.Empty()) {
 		// The session's record, with its expiry and will; not waited
 		// for: a crash before it is on disk loses only the session's
 		// existence, which the next CONNACK's session present reports.
-		var bt storage.Batch
 		if s.persistent(b) {
 			bt.PutSession(s.record())
 		} else {

@@ -109,6 +109,7 @@ func (b *Broker) restore() error {
 	now := time.Now()
 	var dead []string
 	var wills []*message
+	var acl storage.Batch // what the access rules took from restored sessions
 	err := b.store.Load(func(st *storage.SessionState) error {
 		if st.Expiry <= 0 {
 			dead = append(dead, st.ClientID)
@@ -177,6 +178,9 @@ func (b *Broker) restore() error {
 			s.grace = over
 			b.log.Info("restored queue is over its budget; kept, new messages wait for room", "client", s.id, "bytes", s.pendingB, "budget", b.opts.MaxQueuedBytes)
 		}
+		// The rules may have changed since the session was stored.
+		dropped, unqueued := s.applyACL(b, b.acl.Load(), &acl)
+		b.logACL(s, "restored", dropped, unqueued)
 		b.sessions[s.id] = s
 		return nil
 	})
@@ -189,6 +193,9 @@ func (b *Broker) restore() error {
 			bt.DeleteSession(id)
 		}
 		b.store.CommitLazy(&bt)
+	}
+	if !acl.Empty() {
+		b.store.CommitLazy(&acl)
 	}
 	b.restoredWills = wills
 	b.log.Info("sessions restored", "sessions", len(b.sessions), "retained", b.store.RetainedCount())

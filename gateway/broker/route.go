@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
@@ -208,10 +209,6 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 	if f.RetainHandling == 3 {
 		return 0, failure(rcProtocolError, "retain handling 3") // [MQTT-3.8.3-5]
 	}
-	if c.local == nil && !c.perms.CanSubscribe(f.Filter) {
-		b.log.Debug("subscribe denied", "client", c.clientID, "user", c.user, "filter", f.Filter)
-		return fail(rcNotAuthorized)
-	}
 	opts := matcher.Options(f.Qos)
 	if f.NoLocal {
 		opts |= matcher.NoLocal
@@ -229,6 +226,14 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 		// session in the index.
 		s.mu.Unlock()
 		return 0, errSessionEnded
+	}
+	// Decided under s.mu with the session's permissions, so that a reload
+	// of the rules (SetACL) comes wholly before or after it.
+	grant := s.perms.Subscribe(f.Filter)
+	if grant == auth.Refused {
+		s.mu.Unlock()
+		b.log.Debug("subscribe denied", "client", c.clientID, "user", c.user, "filter", f.Filter)
+		return fail(rcNotAuthorized)
 	}
 	_, existed := s.subs[f.Filter]
 	if !existed && c.local == nil && len(s.subs) >= b.opts.MaxSubscriptions {
@@ -250,7 +255,8 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 		s.mu.Unlock()
 		return fail(rcFilterInvalid)
 	}
-	s.subs[filter] = subscription{opts: opts, id: id}
+	s.subs[filter] = subscription{opts: opts, id: id, checked: grant == auth.Checked}
+	s.recheck()
 	s.mu.Unlock()
 	if due {
 		retained(retainedFor{filter: inner, qos: f.Qos, scanTo: scanTo})
@@ -275,6 +281,7 @@ func (c *conn) onUnsubscribe(pk *packets.Packet) error {
 		if _, ok := s.subs[f.Filter]; ok {
 			c.b.index.Unsubscribe(s.handle, f.Filter)
 			delete(s.subs, f.Filter)
+			s.recheck()
 			codes[i] = rcSuccess
 			if s.persistent(c.b) {
 				bt.DeleteSub(s.id, f.Filter)

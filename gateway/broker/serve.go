@@ -207,7 +207,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	qos := pk.FixedHeader.Qos
 	// Clients may not publish into the broker's own $ topics, and the ACL
 	// decides the rest.
-	allowed := !strings.HasPrefix(topic, "$") && c.perms.CanPublish(topic)
+	allowed := !strings.HasPrefix(topic, "$") && c.perms.Load().CanPublish(topic)
 	fx := &effects{}
 	pid := pk.PacketID
 

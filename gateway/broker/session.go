@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -50,12 +51,23 @@ type session struct {
 	willAt   time.Time     // when a pending will is due
 	ended    bool          // removed from the broker; late deliveries are ignored
 	stored   bool          // has a record in storage
+
+	// Access control (access.go). perms are what the session's user may
+	// do, worked out from acl; checked is set while some subscription
+	// reaches topics the user may not read, so that each delivery is
+	// checked. local marks the gateway's own clients, whom no rule binds.
+	acl     *auth.ACL
+	aclSeen bool
+	perms   auth.Permissions
+	checked bool
+	local   bool
 }
 
 // subscription is what a session asked for on one filter.
 type subscription struct {
-	opts matcher.Options
-	id   uint32
+	opts    matcher.Options
+	id      uint32
+	checked bool // its messages are checked with CanRead (auth.Checked)
 }
 
 // delivery is one message on its way to one session.
@@ -174,6 +186,12 @@ func (s *session) window() int {
 // refused when the session's queue policy turns one away.
 func (s *session) deliverLocked(b *Broker, d delivery, fx *effects) {
 	if s.ended {
+		return
+	}
+	if s.checked && !s.perms.CanRead(d.msg.topic) {
+		// A subscription reaching further than its user may read
+		// [auth.Checked]: this message is not for this user.
+		b.stats.withheld.Add(1)
 		return
 	}
 	if d.qos == 0 {

@@ -59,6 +59,7 @@ type Stats struct {
 	BytesSent     int64
 	Dropped       int64 // messages dropped for a full queue or an expired one
 	Refused       int64 // publishes refused because a queue that never drops was full
+	Withheld      int64 // deliveries withheld because the subscriber's user may not read the topic
 	Subscriptions int
 	Retained      int
 }
@@ -73,7 +74,7 @@ func (b *Broker) Stats() Stats {
 		Started: b.start, Connected: st.connected.Load(), Sessions: sessions, Connections: st.totalConns.Load(),
 		MsgsReceived: st.msgsRecv.Load(), MsgsSent: st.msgsSent.Load(),
 		BytesReceived: st.bytesRecv.Load(), BytesSent: st.bytesSent.Load(),
-		Dropped: st.dropped.Load(), Refused: st.refused.Load(),
+		Dropped: st.dropped.Load(), Refused: st.refused.Load(), Withheld: st.withheld.Load(),
 		Subscriptions: b.index.Len(), Retained: b.retained.len(),
 	}
 }

@@ -170,9 +170,10 @@ func writeBroker(e *exposition, b BrokerStats) {
 	}
 	// One family for every way a message is lost or turned away, so that
 	// one query sums them.
-	e.family("fieldgate_broker_messages_dropped_total", counter, "Messages not delivered, by reason: queue (a full or expired session queue was trimmed) or refused (a queue that never drops was full, so the publish was refused).")
+	e.family("fieldgate_broker_messages_dropped_total", counter, "Messages not delivered, by reason: queue (a full or expired session queue was trimmed) refused (a queue that never drops was full, so the publish was refused) or acl (a subscription reaching topics its user may not read matched one).")
 	e.count("fieldgate_broker_messages_dropped_total", b.Dropped, "reason", "queue")
 	e.count("fieldgate_broker_messages_dropped_total", b.Refused, "reason", "refused")
+	e.count("fieldgate_broker_messages_dropped_total", b.Withheld, "reason", "acl")
 }
 
 func writeStorage(e *exposition, st StorageStats) {

@@ -58,6 +58,7 @@ type BrokerStats struct {
 	BytesSent     int64
 	Dropped       int64 // messages dropped for a full or expired queue
 	Refused       int64 // publishes refused because a queue that never drops was full
+	Withheld      int64 // deliveries withheld because the subscriber's user may not read the topic
 	Subscriptions int
 	Retained      int
 }

@@ -38,11 +38,40 @@ const sessionExpiry = 24 * 60 * 60
 // errRefused is a CONNACK, SUBACK or acknowledgement with a failure code.
 var errRefused = errors.New("refused by the broker")
 
+// refusal is a CONNACK or SUBACK with a failure code; it is errRefused.
+type refusal struct {
+	what   string // "alice: CONNACK", "bob: SUBACK for devices/#"
+	code   byte
+	reason string
+}
+
+func (e *refusal) Error() string {
+	return fmt.Sprintf("%s 0x%02x %q: %v", e.what, e.code, e.reason, errRefused)
+}
+
+func (e *refusal) Unwrap() error { return errRefused }
+
+// refusedCode returns the reason code of a CONNACK or SUBACK refusal, and
+// false for any other error.
+func refusedCode(err error) (byte, bool) {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.code, true
+	}
+	return 0, false
+}
+
 // dial connects and sends CONNECT. clean is Clean Start; expiry is the
 // Session Expiry Interval in seconds (0: the session ends with the
 // connection); receiveMax 0 leaves the Receive Maximum at the broker's
 // choice. It returns the CONNACK's Session Present flag.
 func dial(addr, id string, clean bool, expiry uint32, receiveMax uint16) (*client, bool, error) {
+	return dialAs(addr, id, "", "", clean, expiry, receiveMax)
+}
+
+// dialAs is dial with a user name and password; an empty user sends
+// neither.
+func dialAs(addr, id, user, password string, clean bool, expiry uint32, receiveMax uint16) (*client, bool, error) {
 	nc, err := net.DialTimeout("tcp", addr, ioTimeout)
 	if err != nil {
 		return nil, false, err
@@ -63,6 +92,10 @@ func dial(addr, id string, clean bool, expiry uint32, receiveMax uint16) (*clien
 		pk.Properties.SessionExpiryIntervalFlag = true
 	}
 	pk.Properties.ReceiveMaximum = receiveMax
+	if user != "" {
+		pk.Connect.UsernameFlag, pk.Connect.Username = true, []byte(user)
+		pk.Connect.PasswordFlag, pk.Connect.Password = true, []byte(password)
+	}
 	if err := c.write(pk); err != nil {
 		c.close()
 		return nil, false, err
@@ -78,7 +111,7 @@ func dial(addr, id string, clean bool, expiry uint32, receiveMax uint16) (*clien
 	}
 	if ack.ReasonCode != 0 {
 		c.close()
-		return nil, false, fmt.Errorf("%s: CONNACK 0x%02x %q: %w", id, ack.ReasonCode, ack.Properties.ReasonString, errRefused)
+		return nil, false, &refusal{what: id + ": CONNACK", code: ack.ReasonCode, reason: ack.Properties.ReasonString}
 	}
 	return c, ack.SessionPresent, nil
 }
@@ -169,7 +202,11 @@ func (c *client) subscribe(filter string, qos byte) error {
 			continue // a message for an earlier subscription
 		}
 		if len(pk.ReasonCodes) != 1 || pk.ReasonCodes[0] != qos {
-			return fmt.Errorf("%s: SUBACK % x for %s at QoS %d: %w", c.id, pk.ReasonCodes, filter, qos, errRefused)
+			code := byte(0)
+			if len(pk.ReasonCodes) > 0 {
+				code = pk.ReasonCodes[0]
+			}
+			return &refusal{what: fmt.Sprintf("%s: SUBACK for %s at QoS %d", c.id, filter, qos), code: code}
 		}
 		return nil
 	}

@@ -343,3 +343,28 @@ func (g *gateway) awaitOps(deadline time.Time) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// reload sends SIGHUP and waits until the gateway logs that it applied the
+// configuration file again.
+func (g *gateway) reload() {
+	g.t.Helper()
+	const done = "configuration reloaded"
+	before := strings.Count(g.log.lines(1<<20), done)
+	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		g.t.Fatalf("SIGHUP: %v", err)
+	}
+	testkit.WaitFor(g.t, readyTimeout, "the gateway to log "+strconv.Quote(done), func() bool {
+		return strings.Count(g.log.lines(1<<20), done) > before
+	})
+}
+
+// passwd sets user's password in the password file path with the
+// gateway's own `fieldgate passwd`, as an installer would.
+func passwd(t *testing.T, bin, path, user, password string) {
+	t.Helper()
+	cmd := exec.Command(bin, "passwd", path, user)
+	cmd.Stdin = strings.NewReader(password + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("fieldgate passwd %s %s: %v\n%s", path, user, err, out)
+	}
+}
