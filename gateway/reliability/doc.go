@@ -13,6 +13,10 @@
 //     configured budgets and no latency to the others;
 //   - connection storms: no leak of memory or goroutines;
 //   - malformed input over TCP: no panic, and the broker keeps serving;
+//   - hostile clients: a user with a login of their own cannot read
+//     another's messages (by taking a session over, by a wildcard, or
+//     through a rule revoked since), and every resource a client can
+//     grow is bounded;
 //   - bad configuration: `fieldgate check` names the key and the line.
 //
 // make test runs every case at a short length; make soak runs them at
