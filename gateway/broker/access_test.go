@@ -2,11 +2,36 @@ package broker
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"golang.org/x/crypto/bcrypt"
 )
+
+// cheapPasswords writes a password file in which each user's password is
+// user+"-pw", hashed at bcrypt's lowest cost: these tests are about what
+// a login may do, and a real cost under the race detector on a loaded
+// machine would spend their time in bcrypt.
+func cheapPasswords(t *testing.T, users ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, u := range users {
+		h, err := bcrypt.GenerateFromPassword([]byte(u+"-pw"), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:%s\n", u, h)
+	}
+	path := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // login sets a CONNECT's user name and password, and a session expiry
 // interval for MQTT 5 (0 for none).
@@ -52,7 +77,7 @@ func refusedAs(t *testing.T, addr string, version byte, id string, clean bool, u
 // session is away or connected, is refused, and her queue and
 // subscriptions stay hers.
 func TestSessionBelongsToItsUser(t *testing.T) {
-	passwd := writePasswordFile(t, "alice", "alice-pw", "bob", "bob-pw")
+	passwd := cheapPasswords(t, "alice", "bob")
 	tb := startBroker(t, func(o *Options) {
 		o.PasswordFile = passwd
 		o.AllowAnonymous = false
@@ -102,7 +127,7 @@ func TestSessionBelongsToItsUser(t *testing.T) {
 // the deny holds per message, live and retained; a filter wholly inside
 // the deny is refused.
 func TestCheckedSubscription(t *testing.T) {
-	passwd := writePasswordFile(t, "reader", "reader-pw", "writer", "writer-pw")
+	passwd := cheapPasswords(t, "reader", "writer")
 	tb := startBroker(t, func(o *Options) {
 		o.PasswordFile = passwd
 		o.AllowAnonymous = false
@@ -144,7 +169,7 @@ func TestCheckedSubscription(t *testing.T) {
 // now reaching past the rules is checked per message, and a connected
 // client publishes under the new rules.
 func TestACLReload(t *testing.T) {
-	passwd := writePasswordFile(t, "alice", "alice-pw", "bob", "bob-pw", "carol", "carol-pw")
+	passwd := cheapPasswords(t, "alice", "bob", "carol")
 	tb := startBroker(t, func(o *Options) {
 		o.PasswordFile = passwd
 		o.AllowAnonymous = false
