@@ -127,6 +127,16 @@ func (db *DB) Check() []string {
 				}
 				return nil
 			})
+			retained := tx.Bucket(bucketRetained)
+			each(bucketRetainedBy, func(k, v []byte) error {
+				switch {
+				case len(v) == 0 || v[0] != 'u':
+					add("retainedby: record of %q is not an owner", k)
+				case retained != nil && retained.Get(k) == nil:
+					add("retainedby: %q has an owner but no retained message", k)
+				}
+				return nil
+			})
 			each(bucketOutbox, func(bridge, v []byte) error {
 				if v != nil {
 					add("outbox: key %q is a record, want a bridge's bucket", bridge)

@@ -37,6 +37,9 @@ const (
 	opOutboxDelete
 	opOutboxDrop // delete the bucket sub of the outbox bucket
 	opOutboxOpen // create the bucket sub of bucket if it is not there
+	// put a retained message, and its owner record sub (nil for none) in
+	// bucketRetainedBy; one write, so that one guard covers both
+	opRetainedPut
 )
 
 type op struct {
@@ -102,12 +105,44 @@ func (b *Batch) del(bucket, key []byte) {
 	b.ops = append(b.ops, op{kind: opDelete, bucket: bucket, key: key})
 }
 
-// SetRetained stores m as the retained message of its topic.
+// SetRetained stores m as the retained message of its topic, set by no
+// user (the gateway itself).
 func (b *Batch) SetRetained(m *Message) {
-	b.put(bucketRetained, []byte(m.Topic), appendMessage(nil, m))
+	b.setRetained(m, nil)
 }
 
-// DeleteRetained removes the retained message of topic.
+// SetRetainedBy stores m as the retained message of its topic, set by
+// user (which may be empty: an anonymous client), so that the broker can
+// count each user's retained messages again after a restart.
+func (b *Batch) SetRetainedBy(m *Message, user string) {
+	b.setRetained(m, append([]byte{'u'}, user...))
+}
+
+func (b *Batch) setRetained(m *Message, owner []byte) {
+	val := appendMessage(nil, m)
+	b.ops = append(b.ops, op{kind: opRetainedPut, bucket: bucketRetained, key: []byte(m.Topic), val: val, sub: owner})
+	b.bytes += len(m.Topic) + len(val)
+}
+
+// DropLast takes the batch's last write back, with its guard: a write
+// built before its writer could decide to make it.
+func (b *Batch) DropLast() {
+	n := len(b.ops)
+	if n == 0 {
+		return
+	}
+	o := &b.ops[n-1]
+	if o.kind == opPut || o.kind == opRetainedPut {
+		b.bytes -= len(o.key) + len(o.val)
+	}
+	b.ops[n-1] = op{}
+	b.ops = b.ops[:n-1]
+	if k := len(b.guards); k > 0 && b.guards[k-1].op == n-1 {
+		b.guards = b.guards[:k-1]
+	}
+}
+
+// DeleteRetained removes the retained message of topic, and its owner.
 func (b *Batch) DeleteRetained(topic string) {
 	b.del(bucketRetained, []byte(topic))
 }
@@ -183,7 +218,7 @@ func (b *Batch) validate() error {
 	for i := range b.ops {
 		o := &b.ops[i]
 		switch o.kind {
-		case opPut:
+		case opPut, opRetainedPut:
 			if len(o.key) == 0 || len(o.key) > bolt.MaxKeySize {
 				return fmt.Errorf("%w: %s key of %d bytes, bbolt takes 1 to %d", ErrInvalidWrite, o.bucket, len(o.key), bolt.MaxKeySize)
 			}
@@ -536,6 +571,11 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 			delta += int64(len(val))
 		}
 		return delta, bk.Put(o.key, val)
+	case opRetainedPut:
+		if err := bk.Put(o.key, o.val); err != nil {
+			return 0, err
+		}
+		return 0, putOwner(tx, o.key, o.sub)
 	case opDelete:
 		if queue {
 			old := bk.Get(o.key)
@@ -543,6 +583,11 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 				db.noteEarly(o, nil)
 			}
 			delta -= int64(len(old))
+		}
+		if bytes.Equal(o.bucket, bucketRetained) {
+			if err := putOwner(tx, o.key, nil); err != nil {
+				return 0, err
+			}
 		}
 		return delta, bk.Delete(o.key)
 	case opDeletePrefix:
@@ -581,6 +626,23 @@ func (db *DB) applyOp(tx *bolt.Tx, o *op) (int64, error) {
 		return 0, bk.Put(o.key, v)
 	}
 	return 0, errors.New("storage: unknown write")
+}
+
+// putOwner records who set topic's retained message, or that nobody did
+// (owner nil). An unchanged owner is not written again: a device that
+// republishes its retained state dirties no page of the owner bucket.
+func putOwner(tx *bolt.Tx, topic, owner []byte) error {
+	ob := tx.Bucket(bucketRetainedBy)
+	if ob == nil {
+		return fmt.Errorf("storage: bucket %q missing", bucketRetainedBy)
+	}
+	if owner == nil {
+		return ob.Delete(topic)
+	}
+	if bytes.Equal(ob.Get(topic), owner) {
+		return nil
+	}
+	return ob.Put(topic, owner)
 }
 
 // earlyWrite is a write that reached the file before the queue or outbox

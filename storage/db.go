@@ -29,15 +29,18 @@ var (
 	bucketRel      = []byte("rel")      // client id, 0, packet id → empty
 	bucketOutbox   = []byte("outbox")   // bridge name → bucket: sequence → outbox record
 	bucketUpflight = []byte("upflight") // bridge name → bucket: sequence → QoS 2 flight record
+	// topic → 'u' and the user name of whoever set its retained message;
+	// none for the gateway's own messages and those of schema 4 and older.
+	bucketRetainedBy = []byte("retainedby")
 
-	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel, bucketOutbox, bucketUpflight}
+	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel, bucketOutbox, bucketUpflight, bucketRetainedBy}
 
 	keySchema = []byte("schema")
 )
 
 // SchemaVersion is the layout this build writes. Files of older versions
 // are migrated at Open; newer ones are refused.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // Errors Open and the commit functions return.
 var (
@@ -285,6 +288,7 @@ var migrations = map[int]func(*bolt.Tx) error{
 	1: migrate1to2,
 	2: migrate2to3,
 	3: migrate3to4,
+	4: migrate4to5,
 }
 
 // migrate1to2: schema 1 stored retained messages without their MQTT 5
@@ -327,6 +331,14 @@ func migrate2to3(tx *bolt.Tx) error {
 // upstream; its bridges started a clean session after a restart.
 func migrate3to4(tx *bolt.Tx) error {
 	_, err := tx.CreateBucketIfNotExists(bucketUpflight)
+	return err
+}
+
+// migrate4to5: schema 4 did not record who set each retained message.
+// Its messages keep no owner: they count towards the broker's bounds on
+// all retained messages, and towards no user's.
+func migrate4to5(tx *bolt.Tx) error {
+	_, err := tx.CreateBucketIfNotExists(bucketRetainedBy)
 	return err
 }
 
@@ -469,6 +481,38 @@ func (db *DB) MatchRetained(filter string, matches func(filter, topic string) bo
 		fn(&found[i])
 	}
 	return err
+}
+
+// RetainedEntry is one retained message as RetainedEntries reports it:
+// what it costs and who set it.
+type RetainedEntry struct {
+	Topic string
+	User  string // who set it, when Owned
+	Owned bool   // false for the gateway's own messages, and those a schema 4 file kept
+	Bytes int    // its topic, properties and payload
+}
+
+// RetainedEntries calls fn for every retained message, in topic order,
+// inside one read transaction; it reads the records' lengths, not their
+// payloads. The broker counts its retained bounds from it at start.
+func (db *DB) RetainedEntries(fn func(RetainedEntry)) error {
+	return guard("retained entries", func() error {
+		return db.bolt.View(func(tx *bolt.Tx) error {
+			owners := tx.Bucket(bucketRetainedBy)
+			return tx.Bucket(bucketRetained).ForEach(func(k, v []byte) error {
+				p, ok := splitMessage(v)
+				if !ok {
+					return corrupt("retained message", k)
+				}
+				e := RetainedEntry{Topic: string(k), Bytes: len(p.topic) + len(p.props) + len(p.payload)}
+				if o := owners.Get(k); len(o) > 0 && o[0] == 'u' {
+					e.User, e.Owned = string(o[1:]), true
+				}
+				fn(e)
+				return nil
+			})
+		})
+	})
 }
 
 // RetainedCount returns the number of retained messages.
