@@ -104,6 +104,7 @@ type Broker struct {
 	stop      chan struct{}
 	houseDone chan struct{}
 	stats     stats
+	quota     quota
 
 	dropLog atomic.Int64 // unix seconds of the last "dropped" log line
 }
@@ -155,6 +156,9 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 	out := slices.Clone(opts.Outbound)
 	b.outbound.Store(&out)
 	if err := b.restore(); err != nil {
+		return nil, err
+	}
+	if err := b.restoreBounds(); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -329,6 +333,7 @@ func (b *Broker) newHandle(s *session) (matcher.Handle, error) {
 func (b *Broker) endSession(s *session) {
 	if b.sessions[s.id] == s {
 		delete(b.sessions, s.id)
+		b.releaseSession(s.id)
 	}
 	s.mu.Lock()
 	s.ended = true

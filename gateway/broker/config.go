@@ -28,6 +28,17 @@ type Config struct {
 	TopicAliasMax    int           `yaml:"topic_alias_maximum"` // aliases a client may use towards us, and we towards it
 	MaxSubscriptions int           `yaml:"max_subscriptions"`   // per client; bounds the work one client adds to every publish
 	MaxQueuedBytes   int           `yaml:"max_queued_bytes"`    // per client: messages waiting to be written or acknowledged
+	// The bounds on what clients can make the broker keep after they
+	// leave: persistent sessions and their filters, and retained
+	// messages, in all and per user. See quota.go.
+	MaxPersistentSessions        int `yaml:"max_persistent_sessions"`          // sessions with an expiry, all users together
+	MaxPersistentSessionsPerUser int `yaml:"max_persistent_sessions_per_user"` // of those, per user name (anonymous clients share one)
+	MaxFilterBytes               int `yaml:"max_filter_bytes"`                 // bytes of one topic filter
+	MaxSessionFilterBytes        int `yaml:"max_session_filter_bytes"`         // bytes of all of one session's filters
+	MaxRetained                  int `yaml:"max_retained_messages"`            // retained messages, all users together
+	MaxRetainedBytes             int `yaml:"max_retained_bytes"`               // their topic, properties and payload bytes
+	MaxRetainedPerUser           int `yaml:"max_retained_messages_per_user"`   // retained messages one user has set
+	MaxRetainedBytesPerUser      int `yaml:"max_retained_bytes_per_user"`      // their bytes
 	// InflightTimeout disconnects a client whose oldest unacknowledged
 	// QoS 1/2 message has waited this long: its window has stalled.
 	InflightTimeout time.Duration `yaml:"inflight_timeout"`
@@ -92,6 +103,17 @@ func DefaultConfig() Config {
 		// what it pins when this client is its only holder.
 		MaxQueuedBytes:  1 << 20,
 		InflightTimeout: 2 * time.Minute,
+		// Sized for a 512 MB board under the unit's MemoryMax=192M, with
+		// every bound reached at once (measured by the reliability
+		// suite's hostile bounds case): see quota.go for what each costs.
+		MaxPersistentSessions:        defaultMaxPersistentSessions,
+		MaxPersistentSessionsPerUser: defaultMaxPersistentSessionsPerUser,
+		MaxFilterBytes:               defaultMaxFilterBytes,
+		MaxSessionFilterBytes:        defaultMaxSessionFilterBytes,
+		MaxRetained:                  defaultMaxRetained,
+		MaxRetainedBytes:             defaultMaxRetainedBytes,
+		MaxRetainedPerUser:           defaultMaxRetainedPerUser,
+		MaxRetainedBytesPerUser:      defaultMaxRetainedBytesPerUser,
 		// Reads are sized for a typical sensor PUBLISH; larger packets
 		// are read straight into their own buffer. The write buffer is
 		// borrowed from a pool only while there is something to write.
@@ -146,6 +168,7 @@ func (c Config) Check(k *check.Checker, storeBudget int) {
 	if d := c.SysInterval; d < 0 || (d > 0 && d < time.Second) {
 		k.Fail("broker.sys_interval", "%s is not allowed; use 1s or more, or 0s to turn $SYS off", d)
 	}
+	c.checkBounds(k)
 	for i, r := range c.ACL {
 		r.Check(k, fmt.Sprintf("broker.acl[%d]", i))
 	}

@@ -220,7 +220,7 @@ func (c *conn) accept(pk *packets.Packet) bool {
 			c.refuse(pk.ProtocolVersion, rcNotAuthorized, "not authorized to publish the will topic "+cp.WillTopic)
 			return false
 		}
-		w = &will{topic: strings.Clone(cp.WillTopic), payload: cp.WillPayload, qos: cp.WillQos, retain: cp.WillRetain}
+		w = &will{topic: strings.Clone(cp.WillTopic), payload: cp.WillPayload, qos: cp.WillQos, retain: cp.WillRetain, owner: c.user}
 		if c.v5 {
 			wp := cp.WillProperties
 			w.props = &wp
@@ -242,6 +242,9 @@ func (c *conn) accept(pk *packets.Packet) bool {
 			code = rcClientIDInvalid
 		case errors.Is(err, errSessionOwner):
 			code = rcNotAuthorized
+		}
+		if errors.Is(err, errQuota) {
+			code = rcQuotaExceeded // 0x03 Server unavailable in 3.1.1: see refuse
 		}
 		c.refuse(pk.ProtocolVersion, code, err.Error())
 		return false
@@ -327,6 +330,10 @@ func (b *Broker) attach(c *conn, clean bool, expiry time.Duration, w *will, conn
 	}
 	s := old
 	if s == nil {
+		if err := b.admitSession(c.clientID, c.user, expiry); err != nil {
+			b.mu.Unlock()
+			return err
+		}
 		s = &session{b: b, id: c.clientID, subs: make(map[string]subscription)}
 		h, err := b.newHandle(s)
 		if err != nil {
@@ -425,5 +432,7 @@ func (b *Broker) detach(c *conn, normal bool) {
 // message builds the will's Application Message as it is published: its
 // message expiry interval counts from now.
 func (w *will) message(now time.Time) *message {
-	return newMessage(w.topic, w.payload, w.qos, w.retain, w.props, now)
+	m := newMessage(w.topic, w.payload, w.qos, w.retain, w.props, now)
+	m.owner = w.owner
+	return m
 }

@@ -90,7 +90,9 @@ func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos
 	}
 	cl.b.stats.msgsRecv.Add(1)
 	fx := effectsPool.Get().(*effects)
-	cl.b.publish(newMessage(topic, payload, qos, retain, nil, time.Now()), cl.c.s.handle, fx)
+	m := newMessage(topic, payload, qos, retain, nil, time.Now())
+	m.local = true
+	cl.b.publish(m, cl.c.s.handle, fx)
 	if fx.batch.Empty() && len(fx.release) == 0 {
 		// Nothing to store and nobody waiting on it: the common case of a
 		// reading that only live subscribers get. fx goes back for reuse.

@@ -22,6 +22,12 @@ type message struct {
 	size    int                 // bytes it costs a queue: topic, payload, properties
 	qos     byte
 	retain  bool
+	// local marks the gateway's own messages (in-process clients): their
+	// retained changes are counted against the retained bounds, never
+	// refused. owner is the user name of the client that published it
+	// otherwise, whom its retained change counts for.
+	local bool
+	owner string
 
 	// wire caches the encoded PUBLISH per variant (see variant) so that a
 	// message going to many subscribers is encoded once per variant.

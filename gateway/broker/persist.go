@@ -127,7 +127,7 @@ func (b *Broker) restore() error {
 					return fmt.Errorf("session %q: will properties: %w", st.ClientID, err)
 				}
 			}
-			s.will = &will{topic: w.Msg.Topic, payload: w.Msg.Payload, qos: w.Msg.QoS, retain: w.Msg.Retain, props: props, delay: w.Delay}
+			s.will = &will{topic: w.Msg.Topic, payload: w.Msg.Payload, qos: w.Msg.QoS, retain: w.Msg.Retain, props: props, delay: w.Delay, owner: st.User}
 			s.willAt = w.At
 			if s.willAt.IsZero() {
 				if w.Delay == 0 {
@@ -216,6 +216,9 @@ type effects struct {
 	batch   storage.Batch
 	release []*session // sessions with QoS 2 flights waiting for this commit
 	refused bool       // a persistent session's queue policy turned the message away
+	// retainRefused: the retained store refused the message's retained
+	// change for a bound (quota.go); it was delivered all the same.
+	retainRefused bool
 
 	// retained is the stored retained change in batch, if any, and
 	// retainedSeq its number: marked as handed to storage once batch is.

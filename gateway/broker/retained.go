@@ -40,6 +40,9 @@ type retainedStore struct {
 
 	db  *storage.DB
 	log *slog.Logger
+
+	bounds   retainedBounds                // guarded by mu; see quota.go
+	onRefuse func(kind string, m *message) // counts and logs a refused change
 }
 
 // retainedMsg is a retained message held in memory, with its number.
@@ -101,11 +104,15 @@ func (r *retainedStore) change(m *message, fx *effects, match func()) {
 		if del {
 			fx.batch.DeleteRetained(m.topic)
 		} else {
-			fx.batch.SetRetained(storedMessage(m))
+			putRetained(&fx.batch, m)
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.admit(m, del, fx) {
+		match() // refused for the store; delivered live all the same
+		return
+	}
 	r.seq++
 	switch {
 	case stored && fx == nil:

@@ -236,10 +236,11 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 		return fail(rcNotAuthorized)
 	}
 	_, existed := s.subs[f.Filter]
-	if !existed && c.local == nil && len(s.subs) >= b.opts.MaxSubscriptions {
-		s.mu.Unlock()
-		b.log.Info("subscription limit reached", "client", c.clientID, "limit", b.opts.MaxSubscriptions)
-		return fail(rcQuotaExceeded)
+	if !existed && c.local == nil {
+		if code, ok := c.admitFilter(s, f.Filter); !ok {
+			s.mu.Unlock()
+			return fail(code)
+		}
 	}
 	// Retained messages: not for shared subscriptions (MQTT 5 §4.8.2);
 	// retain handling 0 sends them, 1 only for a new subscription, 2

@@ -261,6 +261,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	// topic and payload point into the packet's own buffer, which the
 	// message keeps; an alias-resolved topic is the alias table's copy.
 	m := newMessage(topic, pk.Payload, qos, pk.FixedHeader.Retain, props, time.Now())
+	m.owner = c.user
 	c.b.publish(m, c.s.handle, fx)
 	if qos == 0 {
 		c.b.commitLazy(fx) // QoS 0 is never fsynced for its own sake
@@ -285,6 +286,9 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 				return nil
 			}
 			return mqttwire.Ack(kind, pid, rcQuotaExceeded, true, c.ackReason("not stored: the gateway's storage failed"))
+		case fx.retainRefused && c.v5:
+			// 3.1.1 has no code to say it; its publisher is acknowledged.
+			return mqttwire.Ack(kind, pid, rcQuotaExceeded, true, c.ackReason("the retained store is full (broker.max_retained_*); delivered, not retained"))
 		case fx.refused && c.v5:
 			return mqttwire.Ack(kind, pid, rcQuotaExceeded, true, c.ackReason("a queue it must go to is full (a subscriber's, or a bridge's outbox)"))
 		}

@@ -145,6 +145,7 @@ type will struct {
 	delay   time.Duration
 	qos     byte
 	retain  bool
+	owner   string // the user of the session that set it, whom its retained message counts for
 }
 
 // freePID returns a packet identifier not in use by an unacknowledged

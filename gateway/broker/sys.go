@@ -62,6 +62,11 @@ type Stats struct {
 	Withheld      int64 // deliveries withheld because the subscriber's user may not read the topic
 	Subscriptions int
 	Retained      int
+
+	PersistentSessions int              // sessions counted against broker.max_persistent_sessions
+	RetainedCounted    int              // retained messages counted against broker.max_retained_messages
+	RetainedBytes      int64            // their bytes, as broker.max_retained_bytes counts them
+	Refusals           map[string]int64 // what the broker's bounds refused, by bound
 }
 
 // Stats returns the broker's counters now.
@@ -70,13 +75,15 @@ func (b *Broker) Stats() Stats {
 	sessions := len(b.sessions)
 	b.mu.Unlock()
 	st := &b.stats
-	return Stats{
+	out := Stats{
 		Started: b.start, Connected: st.connected.Load(), Sessions: sessions, Connections: st.totalConns.Load(),
 		MsgsReceived: st.msgsRecv.Load(), MsgsSent: st.msgsSent.Load(),
 		BytesReceived: st.bytesRecv.Load(), BytesSent: st.bytesSent.Load(),
 		Dropped: st.dropped.Load(), Refused: st.refused.Load(), Withheld: st.withheld.Load(),
 		Subscriptions: b.index.Len(), Retained: b.retained.len(),
 	}
+	b.boundStats(&out)
+	return out
 }
 
 // ClientInfo is one connected network client, for the status page.

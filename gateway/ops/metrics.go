@@ -2,6 +2,7 @@ package ops
 
 import (
 	"bytes"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -160,6 +161,9 @@ func writeBroker(e *exposition, b BrokerStats) {
 		{"fieldgate_broker_sessions", gauge, "Sessions held, connected or not.", int64(b.Sessions)},
 		{"fieldgate_broker_subscriptions", gauge, "Subscriptions in the index.", int64(b.Subscriptions)},
 		{"fieldgate_broker_retained_messages", gauge, "Retained messages held.", int64(b.Retained)},
+		{"fieldgate_broker_persistent_sessions", gauge, "Persistent sessions held, as broker.max_persistent_sessions counts them.", int64(b.PersistentSessions)},
+		{"fieldgate_broker_retained_bound_messages", gauge, "Retained messages clients and the gateway set, as broker.max_retained_messages counts them (no $SYS).", int64(b.RetainedCounted)},
+		{"fieldgate_broker_retained_bytes", gauge, "Bytes of those retained messages, as broker.max_retained_bytes counts them.", b.RetainedBytes},
 		{"fieldgate_broker_messages_received_total", counter, "PUBLISH packets received.", b.MsgsReceived},
 		{"fieldgate_broker_messages_sent_total", counter, "PUBLISH packets sent.", b.MsgsSent},
 		{"fieldgate_broker_received_bytes_total", counter, "Bytes received from clients.", b.BytesReceived},
@@ -174,6 +178,12 @@ func writeBroker(e *exposition, b BrokerStats) {
 	e.count("fieldgate_broker_messages_dropped_total", b.Dropped, "reason", "queue")
 	e.count("fieldgate_broker_messages_dropped_total", b.Refused, "reason", "refused")
 	e.count("fieldgate_broker_messages_dropped_total", b.Withheld, "reason", "acl")
+	if len(b.Refusals) > 0 {
+		e.family("fieldgate_broker_bound_refusals_total", counter, "What the broker's bounds refused, by bound: persistent_sessions, persistent_sessions_per_user (CONNACK), subscriptions, filter_bytes, session_filter_bytes (SUBACK), retained, retained_per_user (a retained change not stored).")
+		for _, kind := range slices.Sorted(maps.Keys(b.Refusals)) {
+			e.count("fieldgate_broker_bound_refusals_total", b.Refusals[kind], "bound", kind)
+		}
+	}
 }
 
 func writeStorage(e *exposition, st StorageStats) {

@@ -61,6 +61,11 @@ type BrokerStats struct {
 	Withheld      int64 // deliveries withheld because the subscriber's user may not read the topic
 	Subscriptions int
 	Retained      int
+
+	PersistentSessions int              // sessions counted against broker.max_persistent_sessions
+	RetainedCounted    int              // retained messages counted against broker.max_retained_messages
+	RetainedBytes      int64            // their bytes, as broker.max_retained_bytes counts them
+	Refusals           map[string]int64 // what the broker's bounds refused, by bound
 }
 
 // Client is one connected network client; the fields mirror broker.ClientInfo.
