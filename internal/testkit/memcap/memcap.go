@@ -114,6 +114,12 @@ func create(parent, name string, v2 bool, limit int64) (*Cap, error) {
 		_ = os.Remove(dir)
 		return nil, err
 	}
+	if !v2 {
+		// What a process added later had charged comes with it, so that
+		// the cap counts its start too. Kernels that dropped the knob
+		// refuse the write; the charge then stays behind, as on v2.
+		_ = c.write("memory.move_charge_at_immigrate", "3")
+	}
 	return c, nil
 }
 
@@ -133,8 +139,9 @@ func (c *Cap) String() string {
 	return fmt.Sprintf("%s %s, limit %d bytes", kind, c.dir, c.limit)
 }
 
-// Add moves process pid into the cgroup. Memory it had charged before
-// stays charged where it was; start it and add it before it does work.
+// Add moves process pid into the cgroup. On cgroup v2, and on v1 kernels
+// without memory.move_charge_at_immigrate, memory it had charged before
+// stays charged where it was: add it before it does work.
 func (c *Cap) Add(pid int) error {
 	return c.write("cgroup.procs", strconv.Itoa(pid))
 }
