@@ -72,6 +72,24 @@ func TestHostileBounds(t *testing.T) {
 	} else {
 		rec.Add("memory cap", "%s (MemoryMax=192M), GOMEMLIMIT=%s", cg, unitGoMemLimit)
 	}
+	// alive fails the test, saying why, once the gateway is gone: under
+	// the cap, without bounds, the kernel's OOM killer ends it.
+	alive := func(phase string) {
+		t.Helper()
+		select {
+		case <-g.exited:
+		default:
+			return
+		}
+		why := fmt.Sprint(g.cmd.ProcessState)
+		if cg != nil {
+			if u, err := cg.Usage(); err == nil {
+				why += fmt.Sprintf("; the cgroup's OOM killer ran %d times, peak %.1f MiB", u.OOMKills, mib(u.Peak))
+			}
+		}
+		rec.Fail("the gateway died in the %s phase: %s", phase, why)
+		t.Fatalf("the gateway died in the %s phase: %s", phase, why)
+	}
 	rss0 := g.rss()
 	// The gateway's own retained messages (its availability) are
 	// counted too.
@@ -92,6 +110,7 @@ func TestHostileBounds(t *testing.T) {
 	if n := greedy.badSubacks + others.badSubacks; n > 0 {
 		t.Errorf("%d sessions had other SUBACK codes than 0x8F for the long filters, 16 granted, 0x97 past 16 KiB; last %s", n, others.subacks)
 	}
+	alive("sessions")
 	rec.Add("sessions phase", "%s, RSS %.1f MiB", time.Since(start).Round(time.Millisecond), mib(g.rss()))
 
 	// Retained: big payloads from one hoarding user, then from six
@@ -108,6 +127,7 @@ func TestHostileBounds(t *testing.T) {
 		t.Errorf("retained 200 kB: hoarder %d stored, %d refused (want 20, 10); %d stored in all (want 83)",
 			hoard.held, hoard.refused, hoard.held+bigs.held)
 	}
+	alive("retained")
 	fullBytes := g.metric("fieldgate_broker_retained_bytes")
 	if del := attackRetained(t, g, []string{"hoarder"}, 30, "big", ""); del.held != 30 {
 		t.Errorf("the hoarder's deletes: %d of 30 acknowledged with 0", del.held)
@@ -123,11 +143,7 @@ func TestHostileBounds(t *testing.T) {
 
 	// The gateway is up and serves a control client; its metrics count
 	// what it refused.
-	select {
-	case <-g.exited:
-		t.Fatalf("the gateway died under the attack: %v", g.cmd.ProcessState)
-	default:
-	}
+	alive("tiny retained")
 	controlRoundTrip(t, g)
 	took := time.Since(start)
 	refusals := g.labelled("fieldgate_broker_bound_refusals_total", "bound")
