@@ -34,7 +34,7 @@ import (
 //   - 10,000 retained messages and 16 MiB of their bytes, 2,500 and
 //     4 MiB per user. They live in the state file, not in memory; what
 //     the broker keeps in memory per retained message is its accounting
-//     entry, about 50 bytes. A subscription to # reads them all, so the
+//     entry, about 40 bytes. A subscription to # reads them all, so the
 //     byte bound also bounds what one retained scan can read.
 const (
 	defaultMaxPersistentSessions        = 1000
@@ -223,7 +223,11 @@ type retainedBounds struct {
 	seed         maphash.Seed
 	entries      map[uint64]retainedEntry
 	count, bytes int
-	users        map[string]*retainedUser
+	// users holds the accounts by id, 0 unused; ids of accounts that
+	// went to zero are reused, so attackers claiming names leave none.
+	users  []retainedUser
+	byName map[string]uint32
+	free   []uint32
 }
 
 // boundsLimits are the retained bounds, from Config.
@@ -232,11 +236,14 @@ type boundsLimits struct {
 }
 
 // retainedEntry is what one retained message counts, and for whom: user
-// is nil for the gateway's own messages and those restored without an
-// owner, which count towards the totals only.
+// is 0 for the gateway's own messages and those restored without an
+// owner, which count towards the totals only. 8 bytes, so that with its
+// key an entry costs about 40 bytes of map (measured by
+// TestRetainedHeapPerMessage); a retained message is at most
+// broker.max_packet_size, far below 4 GiB.
 type retainedEntry struct {
-	user *retainedUser
-	size int
+	user uint32
+	size uint32
 }
 
 // retainedUser is what one user's retained messages count.
@@ -249,7 +256,8 @@ func (q *retainedBounds) init(c Config) {
 	q.max = boundsLimits{c.MaxRetained, c.MaxRetainedBytes, c.MaxRetainedPerUser, c.MaxRetainedBytesPerUser}
 	q.seed = maphash.MakeSeed()
 	q.entries = make(map[uint64]retainedEntry)
-	q.users = make(map[string]*retainedUser)
+	q.users = make([]retainedUser, 1)
+	q.byName = make(map[string]uint32)
 }
 
 // accounted reports whether a retained change of m counts against the
@@ -291,19 +299,20 @@ func (r *retainedStore) admit(m *message, del bool, fx *effects) bool {
 		return true
 	}
 	size := (m.size-queuedCost(0))/2 + retainedOverhead // its topic, payload and properties
-	var u *retainedUser
+	var id uint32
 	if !m.local {
-		u = q.user(m.owner)
+		id = q.user(m.owner)
 	}
 	grow := size
 	if had {
-		grow -= old.size
+		grow -= int(old.size)
 	}
-	userGrow, userNew := size, !had || old.user != u
+	userGrow, userNew := size, !had || old.user != id
 	if !userNew {
-		userGrow -= old.size
+		userGrow -= int(old.size)
 	}
 	if !m.local {
+		u := &q.users[id]
 		var kind string
 		switch {
 		case (!had && q.count >= q.max.count) || (grow > 0 && q.bytes+grow > q.max.bytes):
@@ -312,9 +321,7 @@ func (r *retainedStore) admit(m *message, del bool, fx *effects) bool {
 			kind = refusedRetainedPerUser
 		}
 		if kind != "" {
-			if u.count == 0 {
-				delete(q.users, u.name)
-			}
+			q.release(id)
 			if fx != nil {
 				if r.stored(m.topic) {
 					fx.batch.DropLast()
@@ -328,36 +335,57 @@ func (r *retainedStore) admit(m *message, del bool, fx *effects) bool {
 	if had {
 		q.remove(key, old)
 	}
-	q.entries[key] = retainedEntry{user: u, size: size}
-	q.count++
-	q.bytes += size
-	if u != nil {
-		u.count++
-		u.bytes += size
-	}
+	q.add(key, id, size)
 	return true
 }
 
-// user returns name's account, making it.
-func (q *retainedBounds) user(name string) *retainedUser {
-	u := q.users[name]
-	if u == nil {
-		u = &retainedUser{name: strings.Clone(name)}
-		q.users[u.name] = u
+// user returns the id of name's account, making it.
+func (q *retainedBounds) user(name string) uint32 {
+	if id, ok := q.byName[name]; ok {
+		return id
 	}
-	return u
+	u := retainedUser{name: strings.Clone(name)}
+	var id uint32
+	if n := len(q.free); n > 0 {
+		id = q.free[n-1]
+		q.free = q.free[:n-1]
+		q.users[id] = u
+	} else {
+		id = uint32(len(q.users))
+		q.users = append(q.users, u)
+	}
+	q.byName[u.name] = id
+	return id
+}
+
+// release lets account id go once it counts nothing.
+func (q *retainedBounds) release(id uint32) {
+	if id == 0 || q.users[id].count > 0 {
+		return
+	}
+	delete(q.byName, q.users[id].name)
+	q.users[id] = retainedUser{}
+	q.free = append(q.free, id)
+}
+
+func (q *retainedBounds) add(key uint64, id uint32, size int) {
+	q.entries[key] = retainedEntry{user: id, size: uint32(size)}
+	q.count++
+	q.bytes += size
+	if id != 0 {
+		q.users[id].count++
+		q.users[id].bytes += size
+	}
 }
 
 func (q *retainedBounds) remove(key uint64, e retainedEntry) {
 	delete(q.entries, key)
 	q.count--
-	q.bytes -= e.size
-	if u := e.user; u != nil {
-		u.count--
-		u.bytes -= e.size
-		if u.count <= 0 {
-			delete(q.users, u.name)
-		}
+	q.bytes -= int(e.size)
+	if e.user != 0 {
+		q.users[e.user].count--
+		q.users[e.user].bytes -= int(e.size)
+		q.release(e.user)
 	}
 }
 
@@ -365,16 +393,11 @@ func (q *retainedBounds) remove(key uint64, e retainedEntry) {
 // stored without an owner count towards the totals only.
 func (q *retainedBounds) load(db *storage.DB) error {
 	return db.RetainedEntries(func(e storage.RetainedEntry) {
-		size := e.Bytes + retainedOverhead
-		var u *retainedUser
+		var id uint32
 		if e.Owned {
-			u = q.user(e.User)
-			u.count++
-			u.bytes += size
+			id = q.user(e.User)
 		}
-		q.entries[maphash.String(q.seed, e.Topic)] = retainedEntry{user: u, size: size}
-		q.count++
-		q.bytes += size
+		q.add(maphash.String(q.seed, e.Topic), id, e.Bytes+retainedOverhead)
 	})
 }
 
@@ -420,8 +443,8 @@ func (b *Broker) restoreBounds() error {
 		b.log.Warn("restored retained messages are over broker.max_retained_messages or max_retained_bytes; all kept, new ones refused until under",
 			"messages", rb.count, "bytes", rb.bytes, "limit_messages", rb.max.count, "limit_bytes", rb.max.bytes)
 	}
-	for _, u := range rb.users {
-		if u.count > rb.max.userCount || u.bytes > rb.max.userBytes {
+	for _, u := range rb.users[1:] {
+		if u.count > 0 && u.count > rb.max.userCount || u.bytes > rb.max.userBytes {
 			b.log.Warn("a user's restored retained messages are over broker.max_retained_*_per_user; all kept, new ones refused until under",
 				"user", u.name, "messages", u.count, "bytes", u.bytes)
 		}
