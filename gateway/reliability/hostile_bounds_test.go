@@ -1,11 +1,9 @@
 package reliability
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -268,7 +266,7 @@ type sessionOutcome struct {
 func sessionAttack(g *gateway, job string) sessionOutcome {
 	user, n, _ := strings.Cut(job, "|")
 	id := "attacker-" + user + "-" + n
-	c, err := dialAs(g.addr, id, user, sessionExpiry)
+	c, _, err := dialAs(g.addr, id, user, "", true, sessionExpiry, 0)
 	if err != nil {
 		if strings.Contains(err.Error(), "CONNACK 0x97") {
 			return sessionOutcome{refused: true}
@@ -305,21 +303,6 @@ func sessionAttack(g *gateway, job string) sessionOutcome {
 	return sessionOutcome{ok: ok, summary: fmt.Sprintf("%v", counts)}
 }
 
-// dialAs connects as user (taken on trust by an anonymous broker) with a
-// session expiry.
-func dialAs(addr, id, user string, expiry uint32) (*client, error) {
-	c, _, err := dialWith(addr, id, func(pk *packets.Packet) {
-		pk.Connect.UsernameFlag = true
-		pk.Connect.Username = []byte(user)
-		pk.Connect.Clean = true
-		if expiry > 0 {
-			pk.Properties.SessionExpiryInterval = expiry
-			pk.Properties.SessionExpiryIntervalFlag = true
-		}
-	})
-	return c, err
-}
-
 // attackRetained has each user publish perUser retained messages of
 // payload (empty: deletes) at QoS 1 on topics of its own named by tag,
 // 32 unacknowledged at a time, and counts the PUBACK codes.
@@ -332,7 +315,7 @@ func attackRetained(t *testing.T, g *gateway, users []string, perUser int, tag, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := dialAs(g.addr, "retainer-"+u+"-"+tag, u, 0)
+			c, _, err := dialAs(g.addr, "retainer-"+u+"-"+tag, u, "", true, 0, 0)
 			if err != nil {
 				t.Errorf("%s: %v", u, err)
 				return
@@ -459,39 +442,4 @@ func (g *gateway) status(field string) int64 {
 		}
 	}
 	return 0
-}
-
-// dialWith connects with a CONNECT that edit completes (user name,
-// expiry), and returns the CONNACK's Session Present flag; a refusal is
-// an error naming its reason code.
-func dialWith(addr, id string, edit func(*packets.Packet)) (*client, bool, error) {
-	nc, err := net.DialTimeout("tcp", addr, ioTimeout)
-	if err != nil {
-		return nil, false, err
-	}
-	c := &client{id: id, nc: nc, r: bufio.NewReaderSize(nc, 16<<10)}
-	pk := &packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 5,
-		Connect:         packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Keepalive: 60},
-	}
-	edit(pk)
-	if err := c.write(pk); err != nil {
-		c.close()
-		return nil, false, err
-	}
-	ack, err := c.read(ioTimeout)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%s: waiting for CONNACK: %w", id, err)
-	case ack.FixedHeader.Type != packets.Connack:
-		err = fmt.Errorf("%s: %s instead of CONNACK", id, packetName(ack))
-	case ack.ReasonCode != 0:
-		err = fmt.Errorf("%s: CONNACK 0x%02x %q: %w", id, ack.ReasonCode, ack.Properties.ReasonString, errRefused)
-	}
-	if err != nil {
-		c.close()
-		return nil, false, err
-	}
-	return c, ack.SessionPresent, nil
 }
