@@ -141,3 +141,13 @@ func (c *cache) add(user, hash string, sum [sha256.Size]byte) {
 	// The username may point into a packet buffer; keep only its bytes.
 	c.m[strings.Clone(user)] = cached{hash: hash, sum: sum}
 }
+
+// Forget drops the remembered checks of users, as when a reload removed
+// them or changed their passwords: their next login pays bcrypt again.
+func (a *Authenticator) Forget(users ...string) {
+	a.cache.mu.Lock()
+	defer a.cache.mu.Unlock()
+	for _, u := range users {
+		delete(a.cache.m, u)
+	}
+}
