@@ -72,7 +72,9 @@ type Broker struct {
 	opts  Options
 	log   *slog.Logger
 	index *matcher.Index
-	users *auth.Passwords          // nil without a password file; checked through the broker's own auth.Authenticator
+	// users is nil without a password file; checked through the broker's
+	// own auth.Authenticator, replaced whole by ReloadPasswords.
+	users atomic.Pointer[auth.Passwords]
 	acl   atomic.Pointer[auth.ACL] // replaced whole by SetACL
 	// outbound is Options.Outbound, replaced whole by SetOutbound.
 	outbound atomic.Pointer[[]Outbound]
@@ -150,7 +152,7 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("broker: broker.password_file: %w", err)
 		}
-		b.users = users
+		b.users.Store(users)
 	}
 	b.acl.Store(auth.NewACL(opts.ACL))
 	out := slices.Clone(opts.Outbound)
@@ -437,7 +439,7 @@ func (b *Broker) sweep(now time.Time) {
 // password file, as an MQTT login would: within the same bound on bcrypt
 // and with the same remembered checks. It is false without a password file.
 func (b *Broker) CheckPassword(user string, password []byte) bool {
-	return b.users.Check(user, password)
+	return b.users.Load().Check(user, password)
 }
 
 // SetOutbound replaces the outbound queues offered every routed message,

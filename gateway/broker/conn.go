@@ -38,6 +38,10 @@ type conn struct {
 	acksWaiting atomic.Int32                     // acknowledgements waiting for a commit
 	problemOff  bool                             // the client asked for no reason strings [MQTT-3.1.2-29]
 	askedExpiry uint32                           // the session expiry interval CONNECT asked for
+	// verifiedBy is the password file that accepted the client's login,
+	// nil for a client that logged in otherwise; set before c.user is
+	// read through it.
+	verifiedBy atomic.Pointer[auth.Passwords]
 
 	// qmu guards the outbound queue.
 	qmu      sync.Mutex

@@ -109,8 +109,8 @@ func (c *conn) authenticate(pk *packets.Packet) bool {
 	case !cp.UsernameFlag && !c.b.opts.AllowAnonymous:
 		c.refuse(pk.ProtocolVersion, rcNotAuthorized, "anonymous clients are not allowed")
 		return false
-	case cp.UsernameFlag && c.b.users != nil:
-		if !c.b.users.Check(c.user, cp.Password) {
+	case cp.UsernameFlag && c.b.users.Load() != nil:
+		if !c.checkPassword(cp.Password) {
 			c.b.log.Info("bad user name or password", "user", c.user, "client", cp.ClientIdentifier, "remote", c.remote)
 			c.refuse(pk.ProtocolVersion, rcBadUserPass, "bad user name or password")
 			return false
@@ -121,6 +121,28 @@ func (c *conn) authenticate(pk *packets.Packet) bool {
 		return false
 	}
 	return true
+}
+
+// checkPassword checks the client's password against the broker's
+// password file. A reload that replaces the file during a check must not
+// let the login through under the old file, nor miss it: the connection
+// publishes the file it was verified by before it looks whether the file
+// is still current, and ReloadPasswords replaces the file before it looks
+// at the connections, so one of the two sees the other and the login is
+// checked again or disconnected.
+func (c *conn) checkPassword(password []byte) bool {
+	users := c.b.users.Load()
+	for {
+		if !users.Check(c.user, password) {
+			return false
+		}
+		c.verifiedBy.Store(users)
+		now := c.b.users.Load()
+		if now == users {
+			return true
+		}
+		users = now
+	}
 }
 
 // refuse writes a CONNACK with a failure code, in the client's version,
