@@ -148,7 +148,20 @@ func (s *Server) writeMetrics(e *exposition) {
 	writeSensors(e, call(s.src.Sensors))
 	writeOutputs(e, call(s.src.Outputs))
 	writeBridges(e, call(s.src.Bridges))
+	s.writeOwn(e)
 	writeRuntime(e)
+}
+
+// writeOwn writes the endpoint's own refusals.
+func (s *Server) writeOwn(e *exposition) {
+	e.family("fieldgate_ops_connections_limited_total", counter,
+		"Connections to the ops endpoint past a limit: served by the probe lane (/healthz, /readyz; 503 otherwise), or closed at once when it was full too.")
+	e.count("fieldgate_ops_connections_limited_total", s.gated.perSource.Load(), "limit", "max_conns_per_source")
+	e.count("fieldgate_ops_connections_limited_total", s.gated.total.Load(), "limit", "max_conns")
+	e.count("fieldgate_ops_connections_limited_total", s.gated.laneFull.Load(), "limit", "probe_lane_full")
+	e.family("fieldgate_ops_refused_total", counter, "Status page and switch requests refused, by reason: wrong credentials, or a switch the ACL does not give the user.")
+	e.count("fieldgate_ops_refused_total", s.refused.login.Load(), "reason", "login")
+	e.count("fieldgate_ops_refused_total", s.refused.acl.Load(), "reason", "acl")
 }
 
 func writeBroker(e *exposition, b BrokerStats) {

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,11 @@ type Sources struct {
 	// CheckPassword checks a user against the MQTT password file; nil when
 	// no password file is configured.
 	CheckPassword func(user, password string) bool
-	Token         string // ops.token: also allowed to switch outputs; "" for none
+	// MaySwitch reports whether an MQTT user who logged in may switch an
+	// output: the publish permission the broker's ACL gives that user on
+	// the output's set topic. nil lets every user switch.
+	MaySwitch func(user, output string) bool
+	Token     string // ops.token: also allowed to switch outputs; "" for none
 }
 
 // Identity names the running gateway.
@@ -143,13 +148,9 @@ const (
 	// writeTimeout bounds a request's whole answer; a bcrypt check on a Pi
 	// Zero takes a fraction of a second, a status page a few milliseconds.
 	writeTimeout = 30 * time.Second
-	idleTimeout  = 60 * time.Second
 	// maxHeaderBytes fits a browser's headers with basic auth and cookies
 	// for other services on the same host.
 	maxHeaderBytes = 16 << 10
-	// maxConns caps open connections: each costs a goroutine and buffers,
-	// and the endpoint needs a few at a time.
-	maxConns = 32
 	// maxFormBytes bounds a switch request's body.
 	maxFormBytes = 4 << 10
 )
@@ -158,27 +159,41 @@ const (
 // page at / and the output switch at /outputs/{name}.
 type Server struct {
 	addr string
+	cfg  Config // the connection bounds
 	src  Sources
 	log  *slog.Logger
 	now  func() time.Time // the clock for ages and uptime; tests replace it
 	hist *history
 	auth chan struct{} // bounds concurrent password checks
 
+	gated   gateCounts    // connections the limits sent to the probe lane
+	refused refusedCounts // requests refused for their credentials or permissions
+
 	mu       sync.Mutex
 	ln       net.Listener
 	srv      *http.Server
-	loopback bool // the listener is on a loopback address
+	laneSrv  *http.Server // the probe lane's server (see gate.go)
+	loopback bool         // the listener is on a loopback address
 	stop     chan struct{}
 	done     sync.WaitGroup
 }
 
-// New returns a server for addr (host:port) over src; Start binds it.
+// New returns a server for addr (host:port) over src, with the default
+// connection bounds; Start binds it.
 func New(addr string, src Sources, log *slog.Logger) *Server {
+	cfg := DefaultConfig()
+	cfg.Address = addr
+	return NewFromConfig(cfg, src, log)
+}
+
+// NewFromConfig returns a server for the ops section cfg, checked already,
+// over src; Start binds it. cfg.Token is not read: src.Token is.
+func NewFromConfig(cfg Config, src Sources, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{
-		addr: addr, src: src, log: log, now: time.Now, hist: newHistory(),
+		addr: cfg.Address, cfg: cfg, src: src, log: log, now: time.Now, hist: newHistory(),
 		// Two checks at once keep bcrypt from taking every core of a Pi
 		// when someone guesses passwords.
 		auth: make(chan struct{}, 2),
@@ -213,24 +228,31 @@ func (s *Server) Start() error {
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	s.laneSrv = s.laneServer()
 	s.stop = make(chan struct{})
-	srv, stop := s.srv, s.stop
-	s.done.Add(2)
+	srv, laneSrv, stop := s.srv, s.laneSrv, s.stop
+	g := newGate(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerSource, &s.gated)
+	s.done.Add(3)
 	go func() {
 		defer s.done.Done()
-		if err := srv.Serve(newLimitListener(ln, maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(g); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("ops endpoint stopped serving", "addr", s.addr, "err", err)
 		}
 	}()
 	go func() {
 		defer s.done.Done()
+		_ = laneSrv.Serve(g.lane)
+	}()
+	go func() {
+		defer s.done.Done()
 		s.sampleLoop(stop)
 	}()
-	s.log.Info("ops endpoint listening", "addr", ln.Addr().String(), "switch", s.switchMode())
+	s.log.Info("ops endpoint listening", "addr", ln.Addr().String(), "switch", s.switchMode(), "status_page", s.pageMode(),
+		"max_conns", s.cfg.MaxConns, "max_conns_per_source", s.cfg.MaxConnsPerSource, "idle_timeout", s.cfg.IdleTimeout)
 	return nil
 }
 
@@ -249,16 +271,22 @@ func (s *Server) Addr() net.Addr {
 // were cut short.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	srv, stop := s.srv, s.stop
-	s.srv, s.stop = nil, nil
+	srv, laneSrv, stop := s.srv, s.laneSrv, s.stop
+	s.srv, s.laneSrv, s.stop = nil, nil, nil
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
 	close(stop)
+	// The main server first: its listener, once closed, offers the lane
+	// nothing more.
 	err := srv.Shutdown(ctx)
 	if err != nil {
 		srv.Close()
+	}
+	if lerr := laneSrv.Shutdown(ctx); lerr != nil {
+		laneSrv.Close()
+		err = cmp.Or(err, lerr)
 	}
 	s.done.Wait()
 	return err
@@ -271,7 +299,7 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.metrics)
-	mux.HandleFunc("GET /{$}", s.status)
+	mux.Handle("GET /{$}", s.loginForPage(http.HandlerFunc(s.status)))
 	// The standard library's check turns away a POST that a browser marks
 	// as cross-site (Sec-Fetch-Site, or an Origin unlike Host), so a page
 	// elsewhere cannot ride on credentials the browser has cached for us.
@@ -316,40 +344,4 @@ func call[T any](f func() T) T {
 		return zero
 	}
 	return f()
-}
-
-// limitListener holds Accept while n connections are open.
-type limitListener struct {
-	net.Listener
-	slots chan struct{}
-}
-
-func newLimitListener(ln net.Listener, n int) net.Listener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, n)}
-}
-
-// Accept waits for a free slot, then for a connection. Close of the
-// listener ends the wait for a connection; a wait for a slot ends when a
-// connection closes, which Shutdown brings about.
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.slots <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-// limitConn gives its slot back once, on the first Close.
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }

@@ -179,56 +179,119 @@ func TestSlowHeadersAreCut(t *testing.T) {
 	}
 }
 
-func TestConnectionLimit(t *testing.T) {
-	_, base := startServer(t, "", Sources{})
-	addr := strings.TrimPrefix(base, "http://")
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	// Fill every slot with a connection that has sent a complete request
-	// and keeps the connection open, so the server holds it.
-	for range maxConns {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
-	// One more is accepted by the kernel but not served until a slot frees.
-	extra, err := net.Dial("tcp", addr)
+// holdConn opens a connection from the local address from (such as
+// 127.0.0.2) and, with a request, has it served once and kept alive: a
+// keep-alive connection the server holds idle.
+func holdConn(t *testing.T, addr, from string, request bool) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: testkit.Scale(5 * time.Second)}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer extra.Close()
-	if _, err := extra.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { c.Close() })
+	if request {
+		if code := roundTrip(t, c, "/healthz"); code != 200 {
+			t.Fatalf("/healthz on a free slot = %d", code)
+		}
 	}
-	r := bufio.NewReader(extra)
-	extra.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	if _, err := r.Peek(1); err == nil {
-		t.Fatalf("connection %d was served while %d were open", maxConns+1, maxConns)
+	return c
+}
+
+// roundTrip sends GET path on c and returns the status code, 0 when the
+// connection closed or said nothing within a few seconds.
+func roundTrip(t *testing.T, c net.Conn, path string) int {
+	t.Helper()
+	if _, err := c.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		return 0
 	}
-	conns[0].Close()
-	extra.SetReadDeadline(time.Now().Add(testkit.Scale(5 * time.Second)))
-	resp, err := http.ReadResponse(r, nil)
+	c.SetReadDeadline(time.Now().Add(testkit.Scale(5 * time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatalf("connection %d was not served after a slot freed: %v", maxConns+1, err)
+		return 0
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("/healthz = %d", resp.StatusCode)
+	return resp.StatusCode
+}
+
+// TestConnectionLimits fills one source's share of the slots with idle
+// keep-alive connections, then every slot: a probe is answered at once
+// all the same, the status page of another source is served while it has
+// slots, and what is past a limit gets 503 and is counted.
+func TestConnectionLimits(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Address, cfg.MaxConns, cfg.MaxConnsPerSource = "127.0.0.1:0", 6, 4
+	s := NewFromConfig(cfg, newFakeGateway().sources(), testLogger(t))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	addr := s.Addr().String()
+
+	for range cfg.MaxConnsPerSource {
+		holdConn(t, addr, "127.0.0.1", true)
+	}
+	// Past its share, the source gets probes answered and nothing else.
+	if code := roundTrip(t, holdConn(t, addr, "127.0.0.1", false), "/healthz"); code != 200 {
+		t.Errorf("/healthz past the per-source limit = %d, want 200", code)
+	}
+	if code := roundTrip(t, holdConn(t, addr, "127.0.0.1", false), "/readyz"); code != 200 {
+		t.Errorf("/readyz past the per-source limit = %d, want 200", code)
+	}
+	if code := roundTrip(t, holdConn(t, addr, "127.0.0.1", false), "/"); code != 503 {
+		t.Errorf("the status page past the per-source limit = %d, want 503", code)
+	}
+	// Another source still has slots.
+	other := holdConn(t, addr, "127.0.0.2", false)
+	if code := roundTrip(t, other, "/"); code != 200 {
+		t.Errorf("the status page from another source = %d, want 200", code)
+	}
+	holdConn(t, addr, "127.0.0.3", true) // the last slot
+	if code := roundTrip(t, holdConn(t, addr, "127.0.0.4", false), "/"); code != 503 {
+		t.Errorf("the status page with every slot taken = %d, want 503", code)
+	}
+	if code := roundTrip(t, holdConn(t, addr, "127.0.0.4", false), "/healthz"); code != 200 {
+		t.Errorf("/healthz with every slot taken = %d, want 200", code)
+	}
+	if got := s.gated.perSource.Load(); got != 3 {
+		t.Errorf("%d connections counted past the per-source limit, want 3", got)
+	}
+	if got := s.gated.total.Load(); got != 2 {
+		t.Errorf("%d connections counted past the total limit, want 2", got)
+	}
+	// A slot freed serves the status page again.
+	other.Close()
+	testkit.WaitFor(t, 5*time.Second, "a freed slot serving the status page", func() bool {
+		return roundTrip(t, holdConn(t, addr, "127.0.0.4", false), "/") == 200
+	})
+}
+
+// TestIdleTimeout checks that an idle keep-alive connection gives its
+// slot back after ops.idle_timeout.
+func TestIdleTimeout(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Address, cfg.IdleTimeout, cfg.MaxConns, cfg.MaxConnsPerSource = "127.0.0.1:0", time.Second, 1, 1
+	s := NewFromConfig(cfg, Sources{}, testLogger(t))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	addr := s.Addr().String()
+	idle := holdConn(t, addr, "127.0.0.1", true)
+	start := time.Now()
+	idle.SetReadDeadline(time.Now().Add(testkit.Scale(10 * time.Second)))
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the idle connection got data")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the idle connection was still open after %s", time.Since(start))
+	}
+	took := time.Since(start)
+	if took < cfg.IdleTimeout/2 || took > cfg.IdleTimeout+testkit.Scale(3*time.Second) {
+		t.Errorf("an idle connection was closed after %s, want about %s", took, cfg.IdleTimeout)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the slot freed", func() bool {
+		return roundTrip(t, holdConn(t, addr, "127.0.0.1", false), "/metrics") == 200
+	})
 }
 
 // TestDependencies checks the package's place in the layering: it must

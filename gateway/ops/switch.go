@@ -12,9 +12,12 @@ import (
 
 // How a switch request is authorised, by what is configured:
 //
-//   - ops.token set: the token as the form field "token" or in an
-//     "Authorization: Bearer" header;
-//   - an MQTT password file: HTTP basic auth as any user in it;
+//   - ops.token set: the token as the form field "token", in an
+//     "Authorization: Bearer" header, or as the password of HTTP basic
+//     auth (any user name), which is how a browser sends it;
+//   - an MQTT password file: HTTP basic auth as a user in it whose MQTT
+//     clients the broker's ACL lets publish to the output's set topic
+//     (Sources.MaySwitch);
 //   - neither: no credentials, but only on a loopback listener, and only
 //     for requests that name a loopback host (which turns away a DNS name
 //     an attacker points at 127.0.0.1); elsewhere switching is refused
@@ -77,7 +80,7 @@ func (s *Server) switchOutput(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusBadRequest, "cannot read the form: "+err.Error()+"\n")
 		return
 	}
-	who, ok := s.authorise(w, r)
+	who, user, ok := s.authorise(w, r)
 	if !ok {
 		return
 	}
@@ -93,6 +96,16 @@ func (s *Server) switchOutput(w http.ResponseWriter, r *http.Request) {
 	}
 	if !slices.ContainsFunc(call(s.src.Outputs), func(o Output) bool { return o.Name == name }) {
 		plain(w, http.StatusNotFound, fmt.Sprintf("no output is named %q\n", name))
+		return
+	}
+	// An MQTT user switches only what its MQTT clients may switch: the
+	// same publish permission on the output's set topic, from the ACL the
+	// broker runs now.
+	if user != "" && s.src.MaySwitch != nil && !s.src.MaySwitch(user, name) {
+		s.refused.acl.Add(1)
+		s.log.Warn("refused an output switch: the ACL does not let the user publish to the output's set topic",
+			"output", name, "user", user, "remote", r.RemoteAddr)
+		plain(w, http.StatusForbidden, fmt.Sprintf("user %q may not switch %s: broker.acl does not let this user publish to its set topic\n", user, name))
 		return
 	}
 	if err := s.src.SetOutput(name, on); err != nil {
@@ -113,58 +126,81 @@ func (s *Server) switchOutput(w http.ResponseWriter, r *http.Request) {
 	plain(w, http.StatusOK, name+" "+state+"\n")
 }
 
-// authorise checks a switch request's credentials and names who made it;
-// when it returns false it has written the refusal.
-func (s *Server) authorise(w http.ResponseWriter, r *http.Request) (string, bool) {
+// authorise checks a switch request's credentials and names who made it,
+// and the MQTT user when that is who logged in; when it returns false it
+// has written the refusal.
+func (s *Server) authorise(w http.ResponseWriter, r *http.Request) (who, user string, ok bool) {
 	switch s.switchMode() {
 	case modeRefused:
 		plain(w, http.StatusForbidden, noAuthHint+"\n")
-		return "", false
+		return "", "", false
 	case modeLoopback:
 		if !loopbackHost(r.Host) {
 			plain(w, http.StatusForbidden, fmt.Sprintf("switching without credentials is allowed only at a loopback host such as 127.0.0.1 or localhost, not %q; or set ops.token\n", r.Host))
-			return "", false
+			return "", "", false
 		}
-		return "loopback", true
+		return "loopback", "", true
 	}
-	given := false
+	who, user, ok, given := s.credentials(r)
+	if ok {
+		return who, user, true
+	}
+	if given {
+		s.refused.login.Add(1)
+		s.log.Warn("refused an output switch with wrong credentials", "remote", r.RemoteAddr, "output", r.PathValue("name"))
+	}
+	s.askLogin(w, "switching outputs needs ")
+	return "", "", false
+}
+
+// credentials checks the credentials a request carries: the ops token (in
+// an "Authorization: Bearer" header, the form field token, or as the
+// password of HTTP basic auth), or an MQTT user's login (HTTP basic
+// auth). who names the login for the log, user is the MQTT user (empty
+// for the token), given reports whether any credentials came.
+func (s *Server) credentials(r *http.Request) (who, user string, ok, given bool) {
+	basicUser, basicPass, basic := r.BasicAuth()
 	if tok := s.src.Token; tok != "" {
 		cand, found := bearer(r)
 		if !found {
 			cand, found = r.PostForm.Get("token"), r.PostForm.Get("token") != ""
 		}
+		if !found && basic {
+			cand, found = basicPass, true
+		}
 		if found {
 			given = true
 			if equalSecret(cand, tok) {
-				return "token", true
+				return "token", "", true, true
 			}
 		}
 	}
-	if s.src.CheckPassword != nil {
-		if user, pass, found := r.BasicAuth(); found {
-			given = true
-			if s.checkPassword(r, user, pass) {
-				return user, true
-			}
+	if s.src.CheckPassword != nil && basic {
+		given = true
+		if s.checkPassword(r, basicUser, basicPass) {
+			return basicUser, basicUser, true, true
 		}
 	}
-	if given {
-		s.log.Warn("refused an output switch with wrong credentials", "remote", r.RemoteAddr, "output", r.PathValue("name"))
-	}
-	if s.src.CheckPassword != nil {
-		w.Header().Set("WWW-Authenticate", `Basic realm="fieldgate outputs", charset="UTF-8"`)
-	} else {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="fieldgate outputs"`)
+	return "", "", false, given || basic
+}
+
+// askLogin answers 401 with the ways to log in that are configured, after
+// what, such as "switching outputs needs ".
+func (s *Server) askLogin(w http.ResponseWriter, what string) {
+	// Basic is offered whenever a token or a password file is: a browser
+	// asks for a login only then, and takes the token as the password.
+	w.Header().Set("WWW-Authenticate", `Basic realm="fieldgate", charset="UTF-8"`)
+	if s.src.Token != "" && s.src.CheckPassword == nil {
+		w.Header().Add("WWW-Authenticate", `Bearer realm="fieldgate"`)
 	}
 	var how []string
 	if s.src.Token != "" {
-		how = append(how, "the ops token (form field token, or Authorization: Bearer)")
+		how = append(how, "the ops token (Authorization: Bearer, the form field token, or as the password of HTTP basic auth)")
 	}
 	if s.src.CheckPassword != nil {
 		how = append(how, "an MQTT user's login (HTTP basic auth)")
 	}
-	plain(w, http.StatusUnauthorized, "switching outputs needs "+strings.Join(how, " or ")+"\n")
-	return "", false
+	plain(w, http.StatusUnauthorized, what+strings.Join(how, " or ")+"\n")
 }
 
 // checkPassword runs CheckPassword with at most cap(s.auth) checks at a

@@ -111,16 +111,22 @@ func TestSwitchTokenOnly(t *testing.T) {
 	req := switchRequest(t, base, "fan", url.Values{"state": {"off"}})
 	req.SetBasicAuth("alice", "s3cret") // no password file: not a way in
 	resp, body := do(t, req)
-	if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
-		t.Fatalf("basic auth without a password file = %d %q (%s), want 401 with a Bearer challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body)
+	if ch := resp.Header.Values("WWW-Authenticate"); resp.StatusCode != 401 || len(ch) != 2 || !strings.HasPrefix(ch[0], "Basic") || !strings.HasPrefix(ch[1], "Bearer") {
+		t.Fatalf("basic auth without a password file = %d %q (%s), want 401 with a Basic and a Bearer challenge", resp.StatusCode, ch, body)
+	}
+	// A browser sends the token as the password of basic auth.
+	req = switchRequest(t, base, "fan", url.Values{"state": {"on"}})
+	req.SetBasicAuth("anyone", testToken)
+	if resp, body := do(t, req); resp.StatusCode != 200 {
+		t.Fatalf("the token as a basic auth password = %d: %s", resp.StatusCode, body)
 	}
 	req = switchRequest(t, base, "fan", url.Values{"state": {"off"}})
 	req.Header.Set("Authorization", "bearer "+testToken)
 	if resp, body := do(t, req); resp.StatusCode != 200 {
 		t.Fatalf("bearer token = %d: %s", resp.StatusCode, body)
 	}
-	if calls := f.setCalls(); len(calls) != 1 || calls[0] != (setCall{"fan", false}) {
-		t.Errorf("SetOutput calls %v, want fan off", calls)
+	if calls := f.setCalls(); len(calls) != 2 || calls[1] != (setCall{"fan", false}) {
+		t.Errorf("SetOutput calls %v, want fan on, then off", calls)
 	}
 }
 
@@ -167,10 +173,9 @@ func TestSwitchWithoutCredentialsElsewhere(t *testing.T) {
 	if calls := f.setCalls(); len(calls) != 0 {
 		t.Errorf("SetOutput called: %v", calls)
 	}
-	// The page says so, and its switches are disabled.
-	_, page := get(t, base+"/")
-	if !strings.Contains(page, "set ops.token") || !strings.Contains(page, " disabled>") {
-		t.Errorf("the status page does not show the switch as disabled with the reason")
+	// The page, which names clients, is refused too, saying why.
+	if resp, page := get(t, base+"/"); resp.StatusCode != 403 || !strings.Contains(page, "set ops.token") {
+		t.Errorf("the status page without credentials on a wildcard listener = %d %q, want 403 with the reason", resp.StatusCode, page)
 	}
 }
 
