@@ -217,7 +217,8 @@ func (g *gw) stop(ctx context.Context) {
 	}
 }
 
-// reload applies next where it can change live: the log level, the ACL,
+// reload applies next where it can change live: the password file (read
+// again at every reload, as fieldgate passwd expects), the log level, the ACL,
 // the sensors and outputs (the poller restarts with them), and the
 // bridges (reconfigured, added or stopped). Everything else is listed as
 // needing a restart. A part that fails to apply leaves that part as it
@@ -247,6 +248,9 @@ func (g *gw) reload(next *config.Config) (applied, restart []string, err error) 
 		restart = append(restart, "gateway.name (for the bridges' {device})")
 	}
 
+	if g.reloadPasswords() {
+		applied = append(applied, "broker.password_file")
+	}
 	if cur.Log.Level != next.Log.Level && g.opts.Level != nil {
 		g.opts.Level.Set(next.Log.SlogLevel())
 		applied = append(applied, "log.level")

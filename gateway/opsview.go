@@ -43,7 +43,7 @@ func (g *gw) startOps() error {
 	if g.cfg.Ops.Address == "" {
 		return nil
 	}
-	g.ops = ops.New(g.cfg.Ops.Address, g.opsSources(), g.log.With("component", "ops"))
+	g.ops = ops.NewFromConfig(g.cfg.Ops, g.opsSources(), g.log.With("component", "ops"))
 	return g.ops.Start()
 }
 
@@ -121,6 +121,8 @@ func (g *gw) opsSources() ops.Sources {
 	if g.cfg.Broker.PasswordFile != "" {
 		// The broker's check: its bound on bcrypt holds for both.
 		src.CheckPassword = func(user, password string) bool { return g.b.CheckPassword(user, []byte(password)) }
+		// A user switches what its MQTT clients may: the same ACL.
+		src.MaySwitch = g.maySwitch
 	}
 	return src
 }
@@ -140,7 +142,7 @@ func (g *gw) setOutput(name string, on bool) error {
 	if on {
 		payload = "ON"
 	}
-	topic := cfg.Gateway.TopicPrefix + "/" + sensors.DeviceName(cfg.Gateway.Name) + "/" + name + "/set"
+	topic := g.outputSetTopic(name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return g.opsClient.Publish(ctx, topic, []byte(payload), 1, false)
