@@ -28,7 +28,9 @@ into a variable first:
 
 Passwords are 1 to 72 bytes. Every other line of FILE is kept as it was,
 and FILE is replaced atomically. The broker reads FILE when it starts and
-when it reloads.
+when it reloads (SIGHUP, systemctl reload fieldgate): then removed users
+and old passwords are refused, for MQTT and the ops endpoint alike, and
+their connected clients are disconnected.
 
 flags:
 `
