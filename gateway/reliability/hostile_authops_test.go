@@ -365,6 +365,7 @@ func hostileOpsHoard(t *testing.T, bin string) {
 	defer g.stop()
 
 	const hoard = 40
+	rssBefore := g.rss()
 	var mu sync.Mutex
 	var conns []net.Conn
 	defer func() {
@@ -420,12 +421,26 @@ func hostileOpsHoard(t *testing.T, bin string) {
 	mu.Lock()
 	n := len(conns)
 	mu.Unlock()
-	rec.Add("hoard", "%d keep-alive connections from 127.0.0.1, each after one request, left idle", n)
-	_, metrics := opsGet(t, "http://"+g.opsAddr, "/metrics", "", "")
-	for _, line := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(line, "fieldgate_ops_connections_limited_total") {
+	rec.Add("hoard", "%d keep-alive connections from 127.0.0.1, each after one request, left idle; RSS %+d KiB", n, (g.rss()-rssBefore)>>10)
+	// The scrape comes from another address: the hoarding one has used
+	// up its share, and a scrape from it would get 503.
+	tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: ioTimeout}).Get("http://" + g.opsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	limited := 0
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if strings.HasPrefix(line, "fieldgate_ops_connections_limited_total{") {
 			rec.Add("counted", "%s", line)
+			limited++
 		}
+	}
+	if limited == 0 {
+		t.Error("/metrics has no fieldgate_ops_connections_limited_total")
 	}
 }
 
@@ -468,7 +483,7 @@ func hostileStatusLogin(t *testing.T, bin string) {
 		{"/metrics", "", "", 200},
 	} {
 		code, body := opsGet(t, base, c.path, c.user, c.password)
-		rec.Add("GET "+c.path+" as "+cmp.Or(c.user, "nobody"), "%d", code)
+		rec.Add("GET "+c.path+" as "+cmp.Or(strings.TrimSuffix(c.user+"/"+c.password, "/"), "nobody"), "%d", code)
 		if code != c.want {
 			t.Errorf("GET %s as %q on a wildcard ops address = %d, want %d", c.path, c.user, code, c.want)
 			rec.Fail("GET %s as %q: %d", c.path, c.user, code)
