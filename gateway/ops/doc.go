@@ -12,16 +12,21 @@
 // the gateway fills, and its own view types, so it imports neither the
 // broker, the bridge nor the sensors.
 //
-// Everything is bounded: server timeouts, header size, open connections,
-// form size, concurrent password checks, and the history. The history
+// Everything is bounded: server timeouts, header size, open connections
+// (in all and per source address, see gate.go; past them only the probes
+// are answered), form size, concurrent password checks, and the history. The history
 // samples Sources.Sensors every 30 s into a fixed ring of 120 slots (one
 // hour) per quantity: 480 bytes of float32 samples each, plus its key, with
 // one shared ring of sample times (960 bytes) and at most 256 quantities.
 //
 // Switching needs credentials: the ops token, or an MQTT user's login when
-// the broker has a password file. With neither configured it works without
-// credentials only on a loopback listener and is refused with 403
-// elsewhere. Cross-site form posts are refused whatever the credentials.
+// the broker has a password file, for an output whose set topic the
+// broker's ACL lets that user publish to (Sources.MaySwitch). With neither
+// configured it works without credentials only on a loopback listener and
+// is refused with 403 elsewhere. Cross-site form posts are refused whatever
+// the credentials. Off loopback the status page, which names clients,
+// users and addresses, needs the same login; the probes and /metrics do
+// not.
 //
 // # Why a hand-written exposition writer
 //
