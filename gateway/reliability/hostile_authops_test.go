@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,35 +93,15 @@ outputs:
 `, strconv.Quote(passwd), brokerExtra)
 }
 
-// dialAs connects as user with password over MQTT 5 and returns the
-// client when the CONNACK accepts it, and the CONNACK's reason code.
-func dialAs(addr, id, user, password string) (*client, byte, error) {
-	nc, err := net.DialTimeout("tcp", addr, ioTimeout)
-	if err != nil {
-		return nil, 0, err
+// loginAs connects as user with password over MQTT 5, with a clean
+// start, and returns the client when the CONNACK accepts it, and the
+// CONNACK's reason code.
+func loginAs(addr, id, user, password string) (*client, byte, error) {
+	c, _, err := dialAs(addr, id, user, password, true, 0, 0)
+	if code, ok := refusedCode(err); ok {
+		return nil, code, nil
 	}
-	c := &client{id: id, nc: nc, r: bufio.NewReaderSize(nc, 16<<10)}
-	err = c.write(&packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Connect},
-		Connect: packets.ConnectParams{
-			ProtocolName: []byte("MQTT"), ClientIdentifier: id, Clean: true, Keepalive: 60,
-			UsernameFlag: true, Username: []byte(user), PasswordFlag: true, Password: []byte(password),
-		},
-	})
-	if err != nil {
-		c.close()
-		return nil, 0, err
-	}
-	ack, err := c.read(ioTimeout)
-	if err != nil || ack.FixedHeader.Type != packets.Connack {
-		c.close()
-		return nil, 0, fmt.Errorf("%s: no CONNACK: %v", id, err)
-	}
-	if ack.ReasonCode != 0 {
-		c.close()
-		return nil, ack.ReasonCode, nil
-	}
-	return c, 0, nil
+	return c, 0, err
 }
 
 // switchPump posts state to the pump's switch with basic auth (none when
@@ -167,19 +145,6 @@ func opsDo(t *testing.T, req *http.Request) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// sighup sends SIGHUP and waits for the gateway to log the reload done.
-func (g *gateway) sighup() {
-	g.t.Helper()
-	const done = "configuration reloaded"
-	before := strings.Count(g.log.lines(1<<20), done)
-	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		g.t.Fatal(err)
-	}
-	testkit.WaitFor(g.t, 20*time.Second, "the reload logged", func() bool {
-		return strings.Count(g.log.lines(1<<20), done) > before
-	})
-}
-
 // awaitDisconnect reads c until the broker ends the connection and
 // returns the DISCONNECT's reason code, or -1 when it closed without one
 // or did not close.
@@ -212,12 +177,12 @@ func hostilePasswordReload(t *testing.T, bin string) {
 	g.start()
 	defer g.stop()
 
-	bob, _, err := dialAs(g.addr, "bob-1", "bob", "b1")
+	bob, _, err := loginAs(g.addr, "bob-1", "bob", "b1")
 	if err != nil || bob == nil {
 		t.Fatalf("bob's login before the change: %v", err)
 	}
 	defer bob.close()
-	carol, _, err := dialAs(g.addr, "carol-1", "carol", "c1")
+	carol, _, err := loginAs(g.addr, "carol-1", "carol", "c1")
 	if err != nil || carol == nil {
 		t.Fatalf("carol's login before the change: %v", err)
 	}
@@ -231,7 +196,7 @@ func hostilePasswordReload(t *testing.T, bin string) {
 	bobNew := passwdFile(t, passwd+".bob", "bob", "b2", "dave", "d1")
 	writePasswd(t, passwd, lines["alice"]+bobNew["bob"]+bobNew["dave"])
 	start := time.Now()
-	g.sighup()
+	g.reload()
 	rec.Add("reload", "%s from SIGHUP to the reload logged", time.Since(start).Round(time.Millisecond))
 
 	for _, c := range []struct {
@@ -259,7 +224,7 @@ func hostilePasswordReload(t *testing.T, bin string) {
 	}
 	var got []string
 	for _, l := range logins {
-		c, code, err := dialAs(g.addr, "after-"+l.user, l.user, l.password)
+		c, code, err := loginAs(g.addr, "after-"+l.user, l.user, l.password)
 		if err != nil {
 			t.Fatalf("%s: %v", l.user, err)
 		}
@@ -277,8 +242,8 @@ func hostilePasswordReload(t *testing.T, bin string) {
 
 	// A broken file keeps the users of the last good one.
 	writePasswd(t, passwd, "bob:not-a-hash\n")
-	g.sighup()
-	if c, code, err := dialAs(g.addr, "after-broken", "bob", "b2"); err != nil || c == nil {
+	g.reload()
+	if c, code, err := loginAs(g.addr, "after-broken", "bob", "b2"); err != nil || c == nil {
 		t.Errorf("bob refused (0x%02x, %v) after a reload of a broken password file; want the last good file kept", code, err)
 		rec.Fail("a broken password file locked bob out")
 	} else {
@@ -309,7 +274,7 @@ func hostileSwitchACL(t *testing.T, bin string) {
 	g.start()
 	defer g.stop()
 
-	bob, _, err := dialAs(g.addr, "bob-1", "bob", "b1")
+	bob, _, err := loginAs(g.addr, "bob-1", "bob", "b1")
 	if err != nil || bob == nil {
 		t.Fatalf("bob's login: %v", err)
 	}
@@ -345,7 +310,7 @@ func hostileSwitchACL(t *testing.T, bin string) {
 	if err := os.WriteFile(g.cfgPath, []byte(granted), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g.sighup()
+	g.reload()
 	if code, body := switchPump(t, g.opsAddr, "bob", "b1", "off"); code != 200 {
 		t.Errorf("bob's switch after a reload granting him the topic = %d %s, want 200", code, body)
 	}
@@ -464,7 +429,7 @@ func hostileStatusLogin(t *testing.T, bin string) {
 	}
 	g.start()
 	defer g.stop()
-	watcher, _, err := dialAs(g.addr, "secret-client-id", "alice", "a1")
+	watcher, _, err := loginAs(g.addr, "secret-client-id", "alice", "a1")
 	if err != nil || watcher == nil {
 		t.Fatalf("alice's login: %v", err)
 	}
