@@ -119,8 +119,11 @@ func (g *gw) opsSources() ops.Sources {
 		Token:     g.cfg.Ops.Token,
 	}
 	if g.cfg.Broker.PasswordFile != "" {
-		// The broker's check: its bound on bcrypt holds for both.
-		src.CheckPassword = func(user, password string) bool { return g.b.CheckPassword(user, []byte(password)) }
+		// The broker's check: its bounds on bcrypt and on the failures of
+		// an address hold for both.
+		src.CheckPassword = func(remote, user, password string) bool {
+			return g.b.CheckPasswordFrom(remote, user, []byte(password))
+		}
 		// A user switches what its MQTT clients may: the same ACL.
 		src.MaySwitch = g.maySwitch
 	}

@@ -75,6 +75,7 @@ type Broker struct {
 	// users is nil without a password file; checked through the broker's
 	// own auth.Authenticator, replaced whole by ReloadPasswords.
 	users atomic.Pointer[auth.Passwords]
+	auth  *auth.Authenticator // the bcrypt queue, cache and failed-login table; nil without a password file
 	acl   atomic.Pointer[auth.ACL] // replaced whole by SetACL
 	// outbound is Options.Outbound, replaced whole by SetOutbound.
 	outbound atomic.Pointer[[]Outbound]
@@ -108,7 +109,8 @@ type Broker struct {
 	stats     stats
 	quota     quota
 
-	dropLog atomic.Int64 // unix seconds of the last "dropped" log line
+	dropLog  atomic.Int64 // unix seconds of the last "dropped" log line
+	loginLog atomic.Int64 // unix seconds of the last "refusing logins" log line
 }
 
 // stats are the counters $SYS and the ops endpoint report.
@@ -148,7 +150,8 @@ func New(opts Options, log *slog.Logger) (*Broker, error) {
 		b.opts.MaxStoredBytes = int64(storage.DefaultConfig().MaxQueuedBytes)
 	}
 	if opts.PasswordFile != "" {
-		users, err := auth.NewAuthenticator().LoadPasswords(opts.PasswordFile)
+		b.auth = auth.NewLimitedAuthenticator(opts.Login)
+		users, err := b.auth.LoadPasswords(opts.PasswordFile)
 		if err != nil {
 			return nil, fmt.Errorf("broker: broker.password_file: %w", err)
 		}
@@ -440,6 +443,16 @@ func (b *Broker) sweep(now time.Time) {
 // and with the same remembered checks. It is false without a password file.
 func (b *Broker) CheckPassword(user string, password []byte) bool {
 	return b.users.Load().Check(user, password)
+}
+
+// CheckPasswordFrom is CheckPassword for a login from remote (host:port):
+// the failures of its address count, as an MQTT login's do, and an
+// address that failed too often is refused without a check. The ops
+// endpoint's basic auth goes through it.
+func (b *Broker) CheckPasswordFrom(remote, user string, password []byte) bool {
+	o := b.users.Load().CheckFrom(auth.Source(remote), user, password)
+	b.logLoginRefused(o, remote, user)
+	return o == auth.Accepted
 }
 
 // SetOutbound replaces the outbound queues offered every routed message,

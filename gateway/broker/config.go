@@ -45,6 +45,10 @@ type Config struct {
 	ReadBuffer      int           `yaml:"read_buffer"`  // bytes per connection for reading
 	WriteBuffer     int           `yaml:"write_buffer"` // bytes per connection for writing, held only while writing
 	SysInterval     time.Duration `yaml:"sys_interval"` // how often $SYS/broker/... is published; 0 turns it off
+
+	// Login bounds what failed logins cost: the bcrypt queue and the
+	// failures one source address may make.
+	Login auth.LoginLimits `yaml:"login"`
 }
 
 // ListenerType is the transport a listener accepts MQTT on.
@@ -120,6 +124,7 @@ func DefaultConfig() Config {
 		ReadBuffer:  1 << 10,
 		WriteBuffer: 4 << 10,
 		SysInterval: 10 * time.Second,
+		Login:       auth.DefaultLoginLimits(),
 	}
 }
 
@@ -169,6 +174,7 @@ func (c Config) Check(k *check.Checker, storeBudget int) {
 		k.Fail("broker.sys_interval", "%s is not allowed; use 1s or more, or 0s to turn $SYS off", d)
 	}
 	c.checkBounds(k)
+	c.Login.Check(k, "broker.login")
 	for i, r := range c.ACL {
 		r.Check(k, fmt.Sprintf("broker.acl[%d]", i))
 	}

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"net/netip"
 	"strings"
 	"time"
 
+	"github.com/fieldgate/fieldgate/gateway/broker/auth"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
@@ -110,9 +112,14 @@ func (c *conn) authenticate(pk *packets.Packet) bool {
 		c.refuse(pk.ProtocolVersion, rcNotAuthorized, "anonymous clients are not allowed")
 		return false
 	case cp.UsernameFlag && c.b.users.Load() != nil:
-		if !c.checkPassword(cp.Password) {
+		switch o := c.checkPassword(auth.Source(c.nc.RemoteAddr()), cp.Password); {
+		case o == auth.WrongPassword:
 			c.b.log.Info("bad user name or password", "user", c.user, "client", cp.ClientIdentifier, "remote", c.remote)
 			c.refuse(pk.ProtocolVersion, rcBadUserPass, "bad user name or password")
+			return false
+		case o != auth.Accepted:
+			c.b.logLoginRefused(o, c.remote, c.user)
+			c.refuseUnchecked(pk.ProtocolVersion, o)
 			return false
 		}
 	case cp.UsernameFlag && !c.b.opts.AllowAnonymous:
@@ -123,23 +130,23 @@ func (c *conn) authenticate(pk *packets.Packet) bool {
 	return true
 }
 
-// checkPassword checks the client's password against the broker's
-// password file. A reload that replaces the file during a check must not
+// checkPassword checks the client's password, from address from, against
+// the broker's password file. A reload that replaces the file during a check must not
 // let the login through under the old file, nor miss it: the connection
 // publishes the file it was verified by before it looks whether the file
 // is still current, and ReloadPasswords replaces the file before it looks
 // at the connections, so one of the two sees the other and the login is
 // checked again or disconnected.
-func (c *conn) checkPassword(password []byte) bool {
+func (c *conn) checkPassword(from netip.Addr, password []byte) auth.Outcome {
 	users := c.b.users.Load()
 	for {
-		if !users.Check(c.user, password) {
-			return false
+		if o := users.CheckFrom(from, c.user, password); o != auth.Accepted {
+			return o
 		}
 		c.verifiedBy.Store(users)
 		now := c.b.users.Load()
 		if now == users {
-			return true
+			return auth.Accepted
 		}
 		users = now
 	}
@@ -175,6 +182,24 @@ func (c *conn) refuse(version, code byte, why string) {
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, _ = c.nc.Write(encodeWithin(pk, c.maxOut)) // [MQTT-3.2.2-19]
+}
+
+// refuseUnchecked refuses a login whose password was not checked, because
+// its address failed too often or the bcrypt queue turned it away: 0x86
+// in MQTT 5, as for a wrong password, with a reason string that says why;
+// 0x05 (not authorized) in MQTT 3.1.1, which has no code for "not now"
+// and whose 0x04 would tell a device with the right password that it is
+// wrong.
+func (c *conn) refuseUnchecked(version byte, o auth.Outcome) {
+	why := "too many failed logins from this address; try again later"
+	if o != auth.Limited {
+		why = "too many logins waiting for a password check; try again later"
+	}
+	if version == 5 {
+		c.refuse(version, rcBadUserPass, why)
+		return
+	}
+	c.refuse(version, rcNotAuthorized, why)
 }
 
 // accept sets the connection up from CONNECT, attaches it to its session

@@ -67,6 +67,7 @@ type Stats struct {
 	RetainedCounted    int              // retained messages counted against broker.max_retained_messages
 	RetainedBytes      int64            // their bytes, as broker.max_retained_bytes counts them
 	Refusals           map[string]int64 // what the broker's bounds refused, by bound
+	LoginsRefused map[string]int64 // logins refused, by reason (auth.Outcome's names); nil without a password file
 }
 
 // Stats returns the broker's counters now.
@@ -81,6 +82,7 @@ func (b *Broker) Stats() Stats {
 		BytesReceived: st.bytesRecv.Load(), BytesSent: st.bytesSent.Load(),
 		Dropped: st.dropped.Load(), Refused: st.refused.Load(), Withheld: st.withheld.Load(),
 		Subscriptions: b.index.Len(), Retained: b.retained.len(),
+		LoginsRefused: b.loginsRefused(),
 	}
 	b.boundStats(&out)
 	return out

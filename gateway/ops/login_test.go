@@ -14,7 +14,7 @@ func TestSwitchFollowsACL(t *testing.T) {
 	f := newFakeGateway()
 	src := f.sources()
 	src.Token = testToken
-	src.CheckPassword = func(user, password string) bool { return password == user+"-pw" }
+	src.CheckPassword = func(_, user, password string) bool { return password == user+"-pw" }
 	src.MaySwitch = func(user, output string) bool { return user == "alice" || output == "fan" }
 	s, base := startServer(t, "", src)
 	for _, c := range []struct {

@@ -197,6 +197,19 @@ func writeBroker(e *exposition, b BrokerStats) {
 			e.count("fieldgate_broker_bound_refusals_total", b.Refusals[kind], "bound", kind)
 		}
 	}
+	writeLogins(e, b.LoginsRefused)
+}
+
+// writeLogins writes the refused logins by reason; nothing without a
+// password file.
+func writeLogins(e *exposition, refused map[string]int64) {
+	if refused == nil {
+		return
+	}
+	e.family("fieldgate_broker_logins_refused_total", counter, "Logins refused, by reason: password (checked and wrong, or an unknown user), limited (the address failed too often lately), queue_full and queue_timeout (the bcrypt queue turned the check away); all but password without checking the password.")
+	for _, reason := range slices.Sorted(maps.Keys(refused)) {
+		e.count("fieldgate_broker_logins_refused_total", refused[reason], "reason", reason)
+	}
 }
 
 func writeStorage(e *exposition, st StorageStats) {

@@ -31,9 +31,10 @@ type Sources struct {
 	Ready func() (ok bool, why string)
 	// SetOutput switches an output on or off; nil disables the switch.
 	SetOutput func(name string, on bool) error
-	// CheckPassword checks a user against the MQTT password file; nil when
-	// no password file is configured.
-	CheckPassword func(user, password string) bool
+	// CheckPassword checks a user against the MQTT password file, for a
+	// request from remote (http.Request.RemoteAddr), whose failures count
+	// as an MQTT login's do; nil when no password file is configured.
+	CheckPassword func(remote, user, password string) bool
 	// MaySwitch reports whether an MQTT user who logged in may switch an
 	// output: the publish permission the broker's ACL gives that user on
 	// the output's set topic. nil lets every user switch.
@@ -71,6 +72,7 @@ type BrokerStats struct {
 	RetainedCounted    int              // retained messages counted against broker.max_retained_messages
 	RetainedBytes      int64            // their bytes, as broker.max_retained_bytes counts them
 	Refusals           map[string]int64 // what the broker's bounds refused, by bound
+	LoginsRefused map[string]int64 // logins refused, by reason: password, limited, queue_full, queue_timeout
 }
 
 // Client is one connected network client; the fields mirror broker.ClientInfo.

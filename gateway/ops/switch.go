@@ -212,7 +212,7 @@ func (s *Server) checkPassword(r *http.Request, user, pass string) bool {
 		return false
 	}
 	defer func() { <-s.auth }()
-	return s.src.CheckPassword(user, pass)
+	return s.src.CheckPassword(r.RemoteAddr, user, pass)
 }
 
 // bearer returns the token of an "Authorization: Bearer" header.

@@ -15,7 +15,7 @@ import (
 const testToken = "0123456789abcdef-token"
 
 // checkAlice accepts alice with the password s3cret.
-func checkAlice(user, password string) bool { return user == "alice" && password == "s3cret" }
+func checkAlice(_, user, password string) bool { return user == "alice" && password == "s3cret" }
 
 // switchRequest builds POST /outputs/{name} with a form.
 func switchRequest(t *testing.T, base, name string, form url.Values) *http.Request {
@@ -193,7 +193,12 @@ func TestPasswordChecksAreBounded(t *testing.T) {
 	f := newFakeGateway()
 	src := f.sources()
 	var now, peak atomic.Int32
-	src.CheckPassword = func(user, password string) bool {
+	src.CheckPassword = func(remote, user, password string) bool {
+		// The check is told where the request came from, so that the
+		// failures of that address count.
+		if host, _, err := net.SplitHostPort(remote); err != nil || host != "127.0.0.1" {
+			t.Errorf("CheckPassword was given remote %q, want 127.0.0.1:port", remote)
+		}
 		n := now.Add(1)
 		defer now.Add(-1)
 		for {

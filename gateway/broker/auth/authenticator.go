@@ -5,12 +5,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
-
-	"golang.org/x/crypto/bcrypt"
 )
 
 // cacheSize bounds the remembered successful checks. An entry costs about
@@ -26,24 +24,27 @@ const cacheSize = 4096
 // alike, so that the bound holds for all of them. Its methods are safe for
 // concurrent use.
 type Authenticator struct {
-	// slots bounds the bcrypt computations running at once. It leaves one
-	// CPU for routing, so that a storm of connections slows logins, not
-	// the messages of clients already connected.
-	slots chan struct{}
+	// slots bounds the bcrypt computations running at once and those
+	// waiting (limit.go). It leaves one CPU for routing, so that a storm
+	// of connections slows logins, not the messages of clients already
+	// connected.
+	slots *slotQueue
+	// sources remembers the failed logins of recent source addresses, so
+	// that one that fails too often is refused without a check.
+	sources *sourceTable
 	// cache remembers successful checks. It outlives a Passwords: after a
 	// reload through the same Authenticator, a device whose hash did not
 	// change is still known, while a changed hash no longer matches its
 	// entries.
-	cache *cache
+	cache   *cache
+	refused refusedCounts // logins refused, by Outcome
 }
 
-// NewAuthenticator returns an Authenticator with one bcrypt slot fewer than
-// the CPUs (at least one) and room to remember cacheSize successful checks.
+// NewAuthenticator returns an Authenticator with the DefaultLoginLimits,
+// one bcrypt slot fewer than the CPUs (at least one) and room to remember
+// cacheSize successful checks.
 func NewAuthenticator() *Authenticator {
-	return &Authenticator{
-		slots: make(chan struct{}, max(1, runtime.NumCPU()-1)),
-		cache: newCache(cacheSize),
-	}
+	return NewLimitedAuthenticator(DefaultLoginLimits())
 }
 
 // LoadPasswords reads a password file whose checks go through a, reporting
@@ -63,29 +64,10 @@ func (a *Authenticator) LoadPasswords(path string) (*Passwords, error) {
 
 // Check reports whether password is user's password. It takes about as long
 // for an unknown user as for a known one; unless the check is remembered,
-// it may wait for a bcrypt slot.
+// it may wait for a bcrypt slot, and is false when the wait is refused
+// (see CheckFrom, which says why).
 func (p *Passwords) Check(user string, password []byte) bool {
-	if p == nil || len(password) == 0 || len(password) > MaxPasswordLen {
-		return false
-	}
-	c := p.auth.cache
-	hash, known := p.users[user]
-	sum := c.sum(password)
-	if known && c.hit(user, hash, sum) {
-		return true
-	}
-	target := hash
-	if !known {
-		target = p.dummy
-	}
-	p.auth.slots <- struct{}{}
-	err := bcrypt.CompareHashAndPassword([]byte(target), password)
-	<-p.auth.slots
-	if !known || err != nil {
-		return false
-	}
-	c.add(user, hash, sum)
-	return true
+	return p.CheckFrom(netip.Addr{}, user, password) == Accepted
 }
 
 // cache remembers successful checks by username: the hash that was checked
