@@ -85,7 +85,8 @@ type DB struct {
 
 	queuedBytes atomic.Int64
 	stats       counters
-	errLog      atomic.Int64 // unix seconds of the last commit-failure log line
+	lastErr     atomic.Pointer[error] // the last transaction's error; nil once one succeeds
+	errLog      atomic.Int64          // unix seconds of the last commit-failure log line
 }
 
 // counters are what Stats reports about commits.
@@ -131,6 +132,9 @@ func Open(path string, opts Options) (*DB, error) {
 // Stats, Load), without migrating it or starting a committer. It fails
 // while a running gateway holds the file.
 func OpenReadOnly(path string) (*DB, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
@@ -156,6 +160,9 @@ func openBolt(path string, timeout time.Duration) (*bolt.DB, error) {
 const minFileSize = 4 * 4096
 
 func openBoltMode(path string, timeout time.Duration, readOnly bool) (*bolt.DB, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
 	fi, err := os.Stat(path)
 	if err != nil || fi.Size() == 0 {
 		return boltOpen(path, timeout, readOnly) // new: bbolt writes it
@@ -179,6 +186,31 @@ func openBoltMode(path string, timeout time.Duration, readOnly bool) (*bolt.DB, 
 	}
 	ro.Close()
 	return boltOpen(path, timeout, false)
+}
+
+// checkPath refuses a state path that names a directory, or a symbolic
+// link whose target does not exist: opening it would create the target
+// wherever the link points, outside what the configuration names. A link
+// to an existing file is followed.
+func checkPath(path string) error {
+	li, err := os.Lstat(path)
+	if err != nil {
+		return nil // missing: a new file is made
+	}
+	fi := li
+	if li.Mode()&os.ModeSymlink != 0 {
+		target, _ := os.Readlink(path)
+		if fi, err = os.Stat(path); err != nil {
+			return fmt.Errorf("storage: %s is a symbolic link to %s, which does not exist (%v); create the state file there, remove the link, or set storage.path to a file", path, target, err)
+		}
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("storage: %s is a directory, not a state file; set storage.path to a file, such as %s", path, filepath.Join(path, "state.db"))
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("storage: %s is not a regular file (%s); set storage.path to a file", path, fi.Mode().Type())
+	}
+	return nil
 }
 
 // boltOpen is bolt.Open with its panics and faults, and its errors, made
@@ -373,8 +405,10 @@ func (db *DB) noteCommit(batches int, took time.Duration, err error) {
 	db.stats.batches.Add(int64(batches))
 	db.stats.commitNanos.Add(int64(took))
 	if err == nil {
+		db.lastErr.Store(nil)
 		return
 	}
+	db.lastErr.Store(&err)
 	db.stats.failures.Add(1)
 	db.logError("state database write failed; refusing what cannot be stored until it works again", err)
 }
@@ -387,6 +421,16 @@ func (db *DB) logError(msg string, err error) {
 	if last := db.errLog.Load(); now-last >= 60 && db.errLog.CompareAndSwap(last, now) {
 		db.log.Error(msg, "path", db.path, "err", err)
 	}
+}
+
+// WriteError returns the error of the last transaction when it failed, as
+// on a full disk, and nil once one has succeeded: while it is not nil,
+// what must be stored is being refused.
+func (db *DB) WriteError() error {
+	if e := db.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // CommitStats are the committer's counters.
