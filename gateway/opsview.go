@@ -102,6 +102,11 @@ func (g *gw) opsSources() ops.Sources {
 			return ops.StorageStats{FileBytes: size, Commits: st.Commits, CommitTime: st.Time, Failures: st.Failures, LazyLost: st.LazyLost}
 		},
 		Ready: func() (bool, string) {
+			// Commits that fail refuse QoS 1/2 publishes and lose
+			// sessions' changes: not ready until one succeeds again.
+			if err := g.store.WriteError(); err != nil {
+				return false, "state database writes fail: " + err.Error()
+			}
 			_, bs := g.run.get()
 			for _, br := range bs {
 				st := br.Stats()

@@ -20,13 +20,14 @@
 // one shared ring of sample times (960 bytes) and at most 256 quantities.
 //
 // Switching needs credentials: the ops token, or an MQTT user's login when
-// the broker has a password file, for an output whose set topic the
-// broker's ACL lets that user publish to (Sources.MaySwitch). With neither
-// configured it works without credentials only on a loopback listener and
-// is refused with 403 elsewhere. Cross-site form posts are refused whatever
-// the credentials. Off loopback the status page, which names clients,
-// users and addresses, needs the same login; the probes and /metrics do
-// not.
+// the broker has a password file (Sources.CheckPassword is told the
+// request's address, so that the broker limits its failures as it does an
+// MQTT client's), for an output whose set topic the broker's ACL lets that
+// user publish to (Sources.MaySwitch). With neither configured it works
+// without credentials only on a loopback listener and is refused with 403
+// elsewhere. Cross-site form posts are refused whatever the credentials.
+// Off loopback the status page, which names clients, users and addresses,
+// needs the same login; the probes and /metrics do not.
 //
 // # Why a hand-written exposition writer
 //

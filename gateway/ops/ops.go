@@ -27,7 +27,8 @@ type Sources struct {
 	Storage  func() StorageStats
 	// Ready reports whether the gateway is ready for traffic, and why not:
 	// storage open, listeners bound, bridges connected or within their
-	// grace period. The gateway decides; nil means always ready.
+	// grace period, state file writes succeeding. The gateway decides; nil
+	// means always ready.
 	Ready func() (ok bool, why string)
 	// SetOutput switches an output on or off; nil disables the switch.
 	SetOutput func(name string, on bool) error
