@@ -25,11 +25,15 @@ import (
 //     FailureInterval);
 //   - at most Queue checks wait for a bcrypt slot, none longer than
 //     QueueWait; the others are refused without a check;
-//   - a check from an address with no failures to pay back goes ahead of
-//     every check from one that has some, and may take the place of the
-//     newest of those in a full queue: a device that logs in for the first
-//     time waits for the checks of other clean addresses, never for an
-//     attacker's.
+//   - the checks waiting are served by their address's misses, fewest
+//     first: its logins lately that did not succeed, refused ones
+//     included, the count falling by one per FailureInterval like the
+//     debt. A check may take the place of the waiter with the most misses
+//     in a full queue. A device that tries now and then goes ahead of an
+//     address that hammers, even before any of that address's checks ran:
+//     a device that logs in for the first time during a flood waits for a
+//     check or two, not for the attackers'. A refusal for a full queue is
+//     a miss but not a failure: no guess was tested.
 //
 // A remembered success (the cache) needs no slot, so a device that logged
 // in since the start connects at once whatever the queue holds.
@@ -155,7 +159,7 @@ func (p *Passwords) checkFrom(from netip.Addr, user string, password []byte) Out
 	// The address is asked first, even for a remembered password: a
 	// limited address that could still test guesses against the cache
 	// would have a password oracle at network speed.
-	clean, ok := a.sources.take(from)
+	misses, ok := a.sources.take(from)
 	if !ok {
 		return Limited
 	}
@@ -173,9 +177,9 @@ func (p *Passwords) checkFrom(from netip.Addr, user string, password []byte) Out
 	if !known {
 		target = p.dummy
 	}
-	if o := a.slots.acquire(clean); o != Accepted {
+	if o := a.slots.acquire(misses); o != Accepted {
 		// No guess was tested: the address owes nothing for it.
-		a.sources.refund(from)
+		a.sources.turnedAway(from)
 		return o
 	}
 	err := bcrypt.CompareHashAndPassword([]byte(target), password)
@@ -214,19 +218,22 @@ func Source(addr any) netip.Addr {
 }
 
 // slotQueue bounds the bcrypt checks running at once and those waiting
-// for a slot. Waiters are served in order, those from clean addresses
-// before all others.
+// for a slot. Waiters are served by their address's misses, fewest first,
+// and in order among equals.
 type slotQueue struct {
-	mu          sync.Mutex
-	free        int           // slots not in use
-	max         int           // waiters
-	wait        time.Duration // longest wait
-	first, rest []waiter      // clean addresses' waiters, then the others, oldest first
+	mu   sync.Mutex
+	free int           // slots not in use
+	max  int           // waiters
+	wait time.Duration // longest wait
+	line []*waiter     // oldest first
 }
 
-// A waiter is handed a slot (true) or turned away by a clean check that
-// took its place (false).
-type waiter chan bool
+// A waiter is handed a slot (true), or turned away (false) by a check
+// with fewer misses that took its place.
+type waiter struct {
+	misses float64
+	got    chan bool
+}
 
 func newSlotQueue(slots, max int, wait time.Duration) *slotQueue {
 	return &slotQueue{free: slots, max: max, wait: wait}
@@ -234,7 +241,7 @@ func newSlotQueue(slots, max int, wait time.Duration) *slotQueue {
 
 // acquire takes a slot, waiting for one in turn, and returns Accepted, or
 // QueueFull or QueueTimeout without a slot.
-func (q *slotQueue) acquire(clean bool) Outcome {
+func (q *slotQueue) acquire(misses float64) Outcome {
 	q.mu.Lock()
 	if q.free > 0 {
 		// Waiters are handed slots as they free up, so a free slot
@@ -243,37 +250,41 @@ func (q *slotQueue) acquire(clean bool) Outcome {
 		q.mu.Unlock()
 		return Accepted
 	}
-	if len(q.first)+len(q.rest) >= q.max {
-		if !clean || len(q.rest) == 0 {
+	if len(q.line) >= q.max {
+		worst := -1
+		for i, w := range q.line {
+			if worst < 0 || w.misses >= q.line[worst].misses {
+				worst = i
+			}
+		}
+		if worst < 0 || q.line[worst].misses <= misses {
 			q.mu.Unlock()
 			return QueueFull
 		}
-		last := q.rest[len(q.rest)-1]
-		q.rest = q.rest[:len(q.rest)-1]
-		last <- false
+		q.line[worst].got <- false
+		q.line = slices.Delete(q.line, worst, worst+1)
 	}
-	w := make(waiter, 1)
-	if clean {
-		q.first = append(q.first, w)
-	} else {
-		q.rest = append(q.rest, w)
-	}
+	w := &waiter{misses: misses, got: make(chan bool, 1)}
+	q.line = append(q.line, w)
 	q.mu.Unlock()
 	t := time.NewTimer(q.wait)
 	defer t.Stop()
 	select {
-	case got := <-w:
+	case got := <-w.got:
 		return slotOutcome(got)
 	case <-t.C:
 	}
 	q.mu.Lock()
-	gone := q.drop(w)
+	i := slices.Index(q.line, w)
+	if i >= 0 {
+		q.line = slices.Delete(q.line, i, i+1)
+	}
 	q.mu.Unlock()
-	if gone {
+	if i >= 0 {
 		return QueueTimeout
 	}
 	// Handed a slot, or turned away, just as the wait ran out.
-	return slotOutcome(<-w)
+	return slotOutcome(<-w.got)
 }
 
 func slotOutcome(got bool) Outcome {
@@ -283,37 +294,28 @@ func slotOutcome(got bool) Outcome {
 	return QueueFull
 }
 
-// drop takes w out of the queue, reporting whether it was still there.
-// The caller holds q.mu.
-func (q *slotQueue) drop(w waiter) bool {
-	if i := slices.Index(q.first, w); i >= 0 {
-		q.first = slices.Delete(q.first, i, i+1)
-		return true
-	}
-	if i := slices.Index(q.rest, w); i >= 0 {
-		q.rest = slices.Delete(q.rest, i, i+1)
-		return true
-	}
-	return false
-}
-
-// release gives a slot back, to the first waiter if there is one.
+// release gives a slot back, to the waiter with the fewest misses if
+// there is one.
 func (q *slotQueue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, line := range []*[]waiter{&q.first, &q.rest} {
-		if len(*line) > 0 {
-			w := (*line)[0]
-			*line = slices.Delete(*line, 0, 1)
-			w <- true
-			return
+	if len(q.line) == 0 {
+		q.free++
+		return
+	}
+	best := 0
+	for i, w := range q.line {
+		if w.misses < q.line[best].misses {
+			best = i
 		}
 	}
-	q.free++
+	q.line[best].got <- true
+	q.line = slices.Delete(q.line, best, best+1)
 }
 
 // sourceTable remembers the failures of recent source addresses, at most
-// max of them: each owes a debt of failures that falls by one per
+// max of them: each owes a debt of failures, and counts its misses (logins
+// that did not succeed, checked or not), both falling by one per
 // interval. An address whose debt would pass burst is limited. The
 // entries form a list from least to most recently used, so the one
 // forgotten to make room is the one touched longest ago.
@@ -330,7 +332,8 @@ type sourceTable struct {
 type source struct {
 	addr       netip.Addr
 	debt       float64       // failures owed, a check under way counting as one
-	at         time.Duration // since epoch, when debt was last brought up to date
+	misses     float64       // logins that did not succeed, one under way counting as one
+	at         time.Duration // since epoch, when debt and misses were last brought up to date
 	prev, next *source
 }
 
@@ -341,46 +344,61 @@ func newSourceTable(l LoginLimits) *sourceTable {
 	}
 }
 
-// take charges from one failure ahead of a check, which refund pays back
-// when the login succeeds or no check ran. ok is false, and nothing is
-// charged, when the address is limited; clean reports that it owed
-// nothing. A table that is full of addresses still owing calls no new
-// address clean: an attacker with more addresses than the table holds
-// gets no place ahead of anyone.
-func (t *sourceTable) take(from netip.Addr) (clean, ok bool) {
+// take charges from one failure and one miss ahead of a check, which
+// refund pays back when the login succeeds (turnedAway only the failure,
+// when no check ran). It returns the address's misses before this login;
+// ok is false, and only the miss is charged, when the address is limited.
+// A new address that takes the place of one forgotten starts with that
+// one's misses: an attacker with more addresses than the table holds gets
+// no place ahead of anyone.
+func (t *sourceTable) take(from netip.Addr) (misses float64, ok bool) {
 	if t == nil || !from.IsValid() {
-		return true, true
+		return 0, true
 	}
 	now := time.Since(t.epoch)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.m[from]
 	if s == nil {
-		clean = true
+		s = &source{addr: from, at: now}
 		if len(t.m) >= t.max {
 			o := t.old
 			t.settle(o, now)
-			clean = o.debt == 0
+			s.misses = o.misses
 			t.unlink(o)
 			delete(t.m, o.addr)
 		}
-		s = &source{addr: from, at: now}
 		t.m[from] = s
 	} else {
 		t.settle(s, now)
 		t.unlink(s)
-		clean = s.debt == 0
 	}
 	t.pushNew(s)
+	misses = s.misses
+	s.misses++
 	if s.debt+1 > t.burst {
-		return false, false
+		return misses, false
 	}
 	s.debt++
-	return clean, true
+	return misses, true
 }
 
-// refund pays back the failure take charged.
+// refund pays back what take charged, for a login that succeeded.
 func (t *sourceTable) refund(from netip.Addr) {
+	if t == nil || !from.IsValid() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.m[from]; s != nil {
+		s.debt = max(0, s.debt-1)
+		s.misses = max(0, s.misses-1)
+	}
+}
+
+// turnedAway pays back the failure take charged, for a login refused
+// without a check; the miss stays.
+func (t *sourceTable) turnedAway(from netip.Addr) {
 	if t == nil || !from.IsValid() {
 		return
 	}
@@ -393,7 +411,9 @@ func (t *sourceTable) refund(from netip.Addr) {
 
 // settle brings s's debt up to now.
 func (t *sourceTable) settle(s *source, now time.Duration) {
-	s.debt = max(0, s.debt-float64(now-s.at)/float64(t.interval))
+	paid := float64(now-s.at) / float64(t.interval)
+	s.debt = max(0, s.debt-paid)
+	s.misses = max(0, s.misses-paid)
 	s.at = now
 }
 

@@ -33,7 +33,7 @@ func checkFromAsync(p *Passwords, from netip.Addr, user, password string) <-chan
 func (q *slotQueue) waiting() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.first) + len(q.rest)
+	return len(q.line)
 }
 
 func TestFailuresLimitAnAddress(t *testing.T) {
@@ -108,17 +108,18 @@ func TestSourceTableBounded(t *testing.T) {
 	tb := newSourceTable(l)
 	addr := func(i byte) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, i}) }
 	for i := range byte(3) {
-		if clean, ok := tb.take(addr(i)); !clean || !ok {
-			t.Fatalf("a new address: clean %v ok %v", clean, ok)
+		if misses, ok := tb.take(addr(i)); !near(misses, 0) || !ok {
+			t.Fatalf("a new address: misses %v ok %v", misses, ok)
 		}
 	}
-	if _, ok := tb.take(addr(0)); ok {
-		t.Fatal("an address past its failures was not limited")
+	if misses, ok := tb.take(addr(0)); ok || !near(misses, 1) {
+		t.Fatalf("an address past its failures: misses %v ok %v, want 1 and limited", misses, ok)
 	}
-	// A fourth address forgets the one touched longest ago (1), not 0.
-	clean, ok := tb.take(addr(3))
-	if !ok || clean || tb.len() != 3 {
-		t.Errorf("fourth address in a full table of debtors: clean %v ok %v, %d entries; want not clean, ok, 3", clean, ok, tb.len())
+	// A fourth address forgets the one touched longest ago (1), not 0,
+	// and starts with its misses.
+	misses, ok := tb.take(addr(3))
+	if !ok || !near(misses, 1) || tb.len() != 3 {
+		t.Errorf("fourth address in a full table: misses %v ok %v, %d entries; want 1, ok, 3", misses, ok, tb.len())
 	}
 	if _, ok := tb.take(addr(0)); ok {
 		t.Error("the most recently touched address was forgotten")
@@ -126,12 +127,28 @@ func TestSourceTableBounded(t *testing.T) {
 	if _, ok := tb.take(addr(1)); !ok {
 		t.Error("the oldest address was not the one forgotten")
 	}
-	// Once debts are paid, a newcomer is clean again.
+	// A login turned away without a check is a miss, not a failure; a
+	// success pays back both.
+	tb.epoch = tb.epoch.Add(-10 * l.FailureInterval)
+	tb.take(addr(8))
+	tb.turnedAway(addr(8))
+	if misses, ok := tb.take(addr(8)); !near(misses, 1) || !ok {
+		t.Errorf("an address turned away once: misses %v ok %v, want 1, ok", misses, ok)
+	}
+	tb.refund(addr(8))
+	if misses, ok := tb.take(addr(8)); !near(misses, 1) || !ok {
+		t.Errorf("after a success: misses %v ok %v, want 1, ok", misses, ok)
+	}
+	// Misses and debts fall by one per interval.
 	tb.epoch = tb.epoch.Add(-2 * l.FailureInterval)
-	if clean, ok := tb.take(addr(9)); !clean || !ok {
-		t.Errorf("a new address once the table's debts are paid: clean %v ok %v", clean, ok)
+	if misses, ok := tb.take(addr(8)); !near(misses, 0) || !ok {
+		t.Errorf("two intervals later: misses %v ok %v, want 0, ok", misses, ok)
 	}
 }
+
+// near reports whether a decaying count is n, give or take the time a
+// test takes.
+func near(x float64, n int) bool { return x > float64(n)-0.01 && x < float64(n)+0.01 }
 
 func TestQueueBounds(t *testing.T) {
 	l := DefaultLoginLimits()
@@ -152,8 +169,8 @@ func TestQueueBounds(t *testing.T) {
 	if o := p.CheckFrom(debtor, "bob", []byte("right")); o != QueueFull {
 		t.Errorf("a check past the queue = %s, want queue_full", o)
 	}
-	// A clean address takes the newest debtor's place and is served
-	// first.
+	// An address with fewer misses takes the place of the waiter with
+	// the most, the newest among equals, and is served first.
 	clean := checkFromAsync(p, netip.MustParseAddr("192.0.2.10"), "bob", "right")
 	if o := <-w2; o != QueueFull {
 		t.Errorf("the displaced check = %s, want queue_full", o)
