@@ -118,6 +118,7 @@ type stats struct {
 	msgsRecv, msgsSent, bytesRecv, bytesSent, dropped atomic.Int64
 	refused                                           atomic.Int64 // messages a queue policy turned away
 	withheld                                          atomic.Int64 // deliveries the ACL withheld from a checked subscription
+	originRefused                                     atomic.Int64 // WebSocket upgrades refused for their Origin
 	connected, totalConns                             atomic.Int64
 }
 
@@ -177,7 +178,7 @@ func (b *Broker) Start() error {
 	var ls []listeners.Listener
 	for i, lc := range b.opts.Listeners {
 		inherited := b.opts.Inherited[lc.Name]
-		l, err := openListener(lc, b.opts.MaxPacketSize, inherited)
+		l, err := openListener(lc, b.opts.MaxPacketSize, inherited, &b.stats.originRefused)
 		if err != nil {
 			for _, l := range ls {
 				l.Close(func(string) {})

@@ -70,6 +70,12 @@ type Listener struct {
 	Type    ListenerType `yaml:"type"`    // the transport
 	Address string       `yaml:"address"` // host:port, or a socket path for unix
 	TLS     TLS          `yaml:"tls"`
+
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose pages
+	// may open a ws or wss listener, besides clients that send no Origin
+	// and pages on the listener's own host and port. Empty by default, so
+	// that no page elsewhere can reach the broker through a browser.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 // TLS names the PEM files of a tls or wss listener.
@@ -225,5 +231,15 @@ func (l Listener) check(k *check.Checker, p string) {
 	}
 	if !secure && l.Type != "" && l.TLS != (TLS{}) {
 		k.Fail(p+".tls", "set, but type is %s; use type tls or wss, or remove tls", l.Type)
+	}
+
+	web := l.Type == ListenerWS || l.Type == ListenerWSS
+	if !web && l.Type != "" && len(l.AllowedOrigins) > 0 {
+		k.Fail(p+".allowed_origins", "set, but type is %s; only ws and wss listeners are opened by web pages; use type ws or wss, or remove allowed_origins", l.Type)
+	}
+	for i, o := range l.AllowedOrigins {
+		if _, err := parseOrigin(o); err != nil {
+			k.Fail(fmt.Sprintf("%s.allowed_origins[%d]", p, i), "%q %v; write an origin as a browser sends it, scheme://host[:port], such as https://dashboard.example.com or http://192.168.1.20:8080", o, err)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -20,8 +21,16 @@ import (
 // openListener binds the socket lc describes, or serves inherited, a
 // socket systemd bound for it, in its place. TCP, TLS and unix sockets are
 // served by mochi's listeners.Net; WebSocket by wsListener, which binds
-// before serving so that a port in use is reported here.
-func openListener(lc Listener, maxPacket int, inherited net.Listener) (listeners.Listener, error) {
+// before serving so that a port in use is reported here, and which counts
+// the upgrades its origin check refuses in originRefused.
+func openListener(lc Listener, maxPacket int, inherited net.Listener, originRefused *atomic.Int64) (listeners.Listener, error) {
+	var origins *originPolicy
+	if lc.Type == ListenerWS || lc.Type == ListenerWSS {
+		var err error
+		if origins, err = newOriginPolicy(lc, originRefused); err != nil {
+			return nil, err
+		}
+	}
 	var tcfg *tls.Config
 	if lc.Type == ListenerTLS || lc.Type == ListenerWSS {
 		var err error
@@ -45,7 +54,7 @@ func openListener(lc Listener, maxPacket int, inherited net.Listener) (listeners
 	nl = &patientListener{Listener: nl}
 	switch lc.Type {
 	case ListenerWS, ListenerWSS:
-		return newWSListener(lc.Name, nl, tcfg, maxPacket), nil
+		return newWSListener(lc.Name, nl, tcfg, maxPacket, origins), nil
 	case ListenerTLS:
 		nl = tls.NewListener(nl, tcfg)
 	}
@@ -133,11 +142,12 @@ type wsListener struct {
 	tls      *tls.Config
 	srv      *http.Server
 	upgrader websocket.Upgrader
+	origins  *originPolicy
 	maxMsg   int64
 	mu       sync.Mutex
 }
 
-func newWSListener(id string, nl net.Listener, tcfg *tls.Config, maxPacket int) *wsListener {
+func newWSListener(id string, nl net.Listener, tcfg *tls.Config, maxPacket int, origins *originPolicy) *wsListener {
 	return &wsListener{
 		id:  id,
 		nl:  nl,
@@ -146,11 +156,12 @@ func newWSListener(id string, nl net.Listener, tcfg *tls.Config, maxPacket int) 
 			Subprotocols:    []string{"mqtt"},
 			ReadBufferSize:  1024,
 			WriteBufferSize: 1024,
-			// Browsers on any page may connect, as to any MQTT
-			// WebSocket broker; credentials and ACLs guard the data.
+			// The handler has checked the origin already (origin.go),
+			// refusing with a reason, a count and a log line.
 			CheckOrigin: func(*http.Request) bool { return true },
 		},
-		maxMsg: int64(maxPacket) + 8,
+		origins: origins,
+		maxMsg:  int64(maxPacket) + 8,
 	}
 }
 
@@ -164,12 +175,21 @@ func (l *wsListener) Protocol() string {
 	}
 	return "ws"
 }
-func (l *wsListener) Init(*slog.Logger) error { return nil }
+func (l *wsListener) Init(log *slog.Logger) error {
+	if log != nil {
+		l.origins.log.Store(log)
+	}
+	return nil
+}
 
 func (l *wsListener) Serve(establish listeners.EstablishFn) {
 	l.mu.Lock()
 	l.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ok, why := l.origins.check(r); !ok {
+				l.origins.refuse(w, r, why)
+				return
+			}
 			ws, err := l.upgrader.Upgrade(w, r, nil)
 			if err != nil {
 				return

@@ -60,6 +60,7 @@ type Stats struct {
 	Dropped       int64 // messages dropped for a full queue or an expired one
 	Refused       int64 // publishes refused because a queue that never drops was full
 	Withheld      int64 // deliveries withheld because the subscriber's user may not read the topic
+	OriginRefused int64 // WebSocket upgrades refused because a page of another origin asked
 	Subscriptions int
 	Retained      int
 
@@ -80,7 +81,7 @@ func (b *Broker) Stats() Stats {
 		Started: b.start, Connected: st.connected.Load(), Sessions: sessions, Connections: st.totalConns.Load(),
 		MsgsReceived: st.msgsRecv.Load(), MsgsSent: st.msgsSent.Load(),
 		BytesReceived: st.bytesRecv.Load(), BytesSent: st.bytesSent.Load(),
-		Dropped: st.dropped.Load(), Refused: st.refused.Load(), Withheld: st.withheld.Load(),
+		Dropped: st.dropped.Load(), Refused: st.refused.Load(), Withheld: st.withheld.Load(), OriginRefused: st.originRefused.Load(),
 		Subscriptions: b.index.Len(), Retained: b.retained.len(),
 		LoginsRefused: b.loginsRefused(),
 	}

@@ -181,6 +181,7 @@ func writeBroker(e *exposition, b BrokerStats) {
 		{"fieldgate_broker_messages_sent_total", counter, "PUBLISH packets sent.", b.MsgsSent},
 		{"fieldgate_broker_received_bytes_total", counter, "Bytes received from clients.", b.BytesReceived},
 		{"fieldgate_broker_sent_bytes_total", counter, "Bytes sent to clients.", b.BytesSent},
+		{"fieldgate_broker_websocket_origin_refused_total", counter, "WebSocket upgrades refused with 403 because a web page of an origin the listener does not allow asked for them.", b.OriginRefused},
 	} {
 		e.family(m.name, m.typ, m.help)
 		e.count(m.name, m.v)

@@ -66,6 +66,7 @@ type BrokerStats struct {
 	Dropped       int64 // messages dropped for a full or expired queue
 	Refused       int64 // publishes refused because a queue that never drops was full
 	Withheld      int64 // deliveries withheld because the subscriber's user may not read the topic
+	OriginRefused int64 // WebSocket upgrades refused because a page of another origin asked
 	Subscriptions int
 	Retained      int
 
