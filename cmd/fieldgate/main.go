@@ -144,9 +144,14 @@ func printProblems(w io.Writer, err error) {
 }
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	_, name, code := loadConfig("check", args, stderr)
+	cfg, name, code := loadConfig("check", args, stderr)
 	if code != 0 {
 		return code
+	}
+	// Valid but dangerous: said on every check, and the file still passes,
+	// since a trusted network may want it.
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "WARNING: %s\n", w)
 	}
 	fmt.Fprintf(stdout, "ok: %s\n", name)
 	return 0

@@ -211,6 +211,7 @@ func (b *Broker) Start() error {
 		go l.Serve(b.establish)
 		b.log.Info("listening", "listener", l.ID(), "protocol", l.Protocol(), "address", l.Address())
 	}
+	b.warnAnonymous()
 	b.houseDone = make(chan struct{})
 	go b.housekeep()
 	for _, m := range b.restoredWills {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
@@ -184,6 +185,48 @@ func (c Config) Check(k *check.Checker, storeBudget int) {
 	for i, r := range c.ACL {
 		r.Check(k, fmt.Sprintf("broker.acl[%d]", i))
 	}
+}
+
+// anonymousFix is what a warning about anonymous access from the network
+// tells the user to do.
+const anonymousFix = "set broker.allow_anonymous: false and broker.password_file (fieldgate passwd writes it), or listen on 127.0.0.1 only"
+
+// WarnAnonymous warns, at each listener's address, when broker.allow_anonymous
+// lets clients in without credentials on an address other hosts can
+// reach: valid, since a trusted network may want it, but never by
+// accident. A listener that requires client certificates, and a unix
+// socket, admit no anonymous network client.
+func WarnAnonymous(k *check.Checker, c Config, ls []Listener) {
+	if !c.AllowAnonymous {
+		return
+	}
+	for i, l := range ls {
+		if !l.admitsAnonymous() {
+			continue
+		}
+		host, _, err := net.SplitHostPort(l.Address)
+		if err != nil || hostIsLoopback(host) {
+			continue
+		}
+		where := l.Address + " is not a loopback address"
+		if host == "" || net.ParseIP(host) != nil && net.ParseIP(host).IsUnspecified() {
+			where = l.Address + " listens on every address of the board"
+		}
+		k.Warn(fmt.Sprintf("listeners[%d].address", i), "%s, and %s is on: anyone on the network can connect without credentials, read every topic and switch the outputs; %s",
+			where, k.Where("broker.allow_anonymous"), anonymousFix)
+	}
+}
+
+// admitsAnonymous reports whether broker.allow_anonymous lets a client
+// without credentials in through this listener, wherever it listens.
+func (l Listener) admitsAnonymous() bool {
+	switch l.Type {
+	case ListenerTCP, ListenerWS:
+		return true
+	case ListenerTLS, ListenerWSS:
+		return l.TLS.ClientCA == "" // otherwise the handshake wants a certificate
+	}
+	return false
 }
 
 // examplePort is the customary port per listener type, used in hints.

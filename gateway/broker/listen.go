@@ -61,6 +61,28 @@ func openListener(lc Listener, maxPacket int, inherited net.Listener, originRefu
 	return listeners.NewNet(lc.Name, nl), nil
 }
 
+// warnAnonymous logs, loudly, every listener that admits clients without
+// credentials on an address other hosts can reach, by the address it is
+// really bound to: the configured one, or that of a socket systemd passed,
+// which fieldgate check cannot see.
+func (b *Broker) warnAnonymous() {
+	if !b.opts.AllowAnonymous {
+		return
+	}
+	for i, lc := range b.opts.Listeners {
+		a, ok := b.Addr(lc.Name).(*net.TCPAddr)
+		if !ok || !lc.admitsAnonymous() || a.IP.IsLoopback() {
+			continue
+		}
+		from := "the configuration"
+		if b.opts.Inherited[lc.Name] != nil {
+			from = "a socket passed by systemd (socket activation), in place of the configured " + lc.Address
+		}
+		b.log.Warn("SECURITY: anonymous clients can connect from the network: broker.allow_anonymous is on and this listener is not on loopback; "+anonymousFix,
+			"listener", lc.Name, "key", fmt.Sprintf("listeners[%d].address", i), "address", a.String(), "from", from)
+	}
+}
+
 // bindListener binds the configured address.
 func bindListener(network, address string) (net.Listener, error) {
 	if network == "unix" {

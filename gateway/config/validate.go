@@ -99,9 +99,33 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// Warnings returns what is valid but dangerous in the configuration, such
+// as a listener that lets anonymous clients in from the network, each at its
+// file and line, in the order of the file. fieldgate check prints them;
+// they do not make the configuration invalid.
+func (c *Config) Warnings() []Problem {
+	k := c.check()
+	ps := make([]Problem, 0, len(k.Warnings()))
+	for _, p := range k.Warnings() {
+		ps = append(ps, Problem{File: c.src.file, Line: c.src.line(p.Path), Path: p.Path, Msg: p.Msg})
+	}
+	slices.SortStableFunc(ps, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
+	return ps
+}
+
 // problems runs each section's check, in the order of the file, and
 // places every problem at its file and line.
 func (c *Config) problems() []Problem {
+	k := c.check()
+	ps := make([]Problem, 0, len(k.Problems()))
+	for _, p := range k.Problems() {
+		ps = append(ps, Problem{File: c.src.file, Line: c.src.line(p.Path), Path: p.Path, Msg: p.Msg})
+	}
+	return ps
+}
+
+// check runs each section's check, in the order of the file.
+func (c *Config) check() *check.Checker {
 	k := check.New(c.src.lines, c.src.file != "")
 	c.Log.check(k)
 	c.Storage.Check(k)
@@ -110,12 +134,8 @@ func (c *Config) problems() []Problem {
 	c.Ops.Check(k)
 	c.SensorsConfig().Check(k)
 	bridge.Check(k, c.Bridges)
-
-	ps := make([]Problem, 0, len(k.Problems()))
-	for _, p := range k.Problems() {
-		ps = append(ps, Problem{File: c.src.file, Line: c.src.line(p.Path), Path: p.Path, Msg: p.Msg})
-	}
-	return ps
+	broker.WarnAnonymous(k, c.Broker, c.Listeners)
+	return k
 }
 
 // Problem returns a problem at path, with the file and line it was written

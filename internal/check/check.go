@@ -31,6 +31,7 @@ type Checker struct {
 	lines    map[string]int // key path -> line it was written on
 	fromFile bool
 	problems []Problem
+	warnings []Problem
 	bound    []boundAddr
 }
 
@@ -43,6 +44,16 @@ func New(lines map[string]int, fromFile bool) *Checker {
 
 // Problems returns what was reported, in the order it was.
 func (k *Checker) Problems() []Problem { return k.problems }
+
+// Warnings returns what was warned about, in the order it was.
+func (k *Checker) Warnings() []Problem { return k.warnings }
+
+// Warn reports at path something valid that the user should know is
+// dangerous, such as anonymous access from the network: the configuration
+// runs, but fieldgate check and the start log say so.
+func (k *Checker) Warn(path, format string, args ...any) {
+	k.warnings = append(k.warnings, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
 
 // Fail reports a problem at path.
 func (k *Checker) Fail(path, format string, args ...any) {
