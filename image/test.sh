@@ -3,13 +3,14 @@
 # emulation, no KVM) and checks it from this machine:
 #
 #   - the first-boot files this test puts on the boot partition
-#     (fieldgate.yaml, authorized_keys, hostname) are applied, and the
-#     root partition grows into the space added behind it;
+#     (fieldgate.yaml, mqtt-users.txt, authorized_keys, hostname) are
+#     applied, and the root partition grows into the space added behind it;
 #   - systemd reports fieldgate.service active, which for Type=notify
 #     means fieldgate sent READY=1;
 #   - an MQTT client here, through the port forwarded to the guest's
-#     1883, receives the simulated sensors' readings under the
-#     gateway.name of the test's configuration;
+#     1883, is refused without credentials and, as the user
+#     mqtt-users.txt created, receives the simulated sensors' readings
+#     under the gateway.name of the test's configuration;
 #   - a retained message survives a reboot; on that reboot an invalid
 #     fieldgate.yaml is rejected with fieldgate-error.txt and the
 #     previous configuration stays.
@@ -102,19 +103,26 @@ ok "config.txt enables I2C; $(grep -c . <<<"$dtbs") device trees have 1-Wire on 
 append="$(sed -E 's/(^| )console=[^ ]*//g' <<<"$cmdline") console=ttyAMA0,115200"
 
 # The first-boot files: the embedded default configuration (simulated
-# sensors) with a name, anonymous access and a listener on every address
-# so that the forwarded port reaches it; a key for ssh; a host name.
+# sensors) with a name and a listener on every address, so that the
+# forwarded port reaches it, with anonymous access off and the password
+# file that mqtt-users.txt fills, as the README tells a user to open the
+# broker to the network; a key for ssh; a host name.
 sed -e '/^  path: fieldgate-state.db/d' \
 	-e 's|address: 127.0.0.1:1883|address: 0.0.0.0:1883|' \
+	-e 's|^  allow_anonymous: true|  allow_anonymous: false\n  password_file: /etc/fieldgate/passwd|' \
 	-e "s|^gateway:|gateway:\n  name: $name|" \
 	"$repo/gateway/config/default.yaml" >"$work/fieldgate.yaml"
-for want in "name: $name" 'allow_anonymous: true' 'address: 0.0.0.0:1883'; do
+for want in "name: $name" 'allow_anonymous: false' 'password_file: /etc/fieldgate/passwd' 'address: 0.0.0.0:1883'; do
 	grep -q "$want" "$work/fieldgate.yaml" || fail "could not derive the test configuration ($want)"
 done
+mqtt_user="image-test"
+mqtt_pw="pw-$RANDOM$RANDOM$RANDOM"
+printf '# the first user\n%s:%s\n' "$mqtt_user" "$mqtt_pw" >"$work/mqtt-users.txt"
+mqtt_auth=(-u "$mqtt_user" -P "$mqtt_pw")
 ssh-keygen -q -t ed25519 -N '' -C image-test -f "$work/key"
 cp "$work/key.pub" "$work/authorized_keys"
 echo "$host" >"$work/hostname"
-mcopy -o -i "$bootfs" "$work/fieldgate.yaml" "$work/authorized_keys" "$work/hostname" ::/
+mcopy -o -i "$bootfs" "$work/fieldgate.yaml" "$work/mqtt-users.txt" "$work/authorized_keys" "$work/hostname" ::/
 
 free_port() {
 	local p
@@ -193,11 +201,13 @@ guest journalctl -b -o cat -u fieldgate.service | grep -q '^Started fieldgate' |
 ok "fieldgate.service is active after READY=1 ($(grep '^StatusText=' <<<"$show"))"
 
 # The first-boot files were applied and removed from the boot partition.
-guest test ! -e /boot/firmware/fieldgate.yaml -a ! -e /boot/firmware/authorized_keys -a ! -e /boot/firmware/hostname \
+guest test ! -e /boot/firmware/fieldgate.yaml -a ! -e /boot/firmware/mqtt-users.txt -a ! -e /boot/firmware/authorized_keys -a ! -e /boot/firmware/hostname \
 	|| fail "first-boot files are still on the boot partition"
+guest "grep -q '^$mqtt_user:\\\$2' /etc/fieldgate/passwd && test \"\$(stat -c %a /etc/fieldgate/passwd)\" = 644" \
+	|| fail "mqtt-users.txt did not put $mqtt_user's bcrypt hash in /etc/fieldgate/passwd, readable by the service"
 guest "grep -q 'name: $name' /etc/fieldgate/fieldgate.yaml" || fail "/etc/fieldgate/fieldgate.yaml is not the test's"
 [ "$(guest hostname)" = "$host" ] || fail "host name is $(guest hostname), not $host"
-ok "boot-partition files applied: fieldgate.yaml, authorized_keys, hostname ($host)"
+ok "boot-partition files applied: fieldgate.yaml, mqtt-users.txt ($mqtt_user), authorized_keys, hostname ($host)"
 
 # The root partition grew into the added gigabyte; mounts and groups.
 root_mib=$(guest df -B1M --output=size / | tail -1 | tr -d ' ')
@@ -212,7 +222,10 @@ guest grep -q -- '-security' /etc/apt/sources.list || fail "no security updates 
 ok "root grew to ${root_mib} MiB, mounted noatime; /boot/firmware mounted; groups i2c and gpio; persistent journal"
 
 # Readings over MQTT, from here, under the configured name.
-readings=$(mosquitto_sub -h 127.0.0.1 -p "$mqtt_port" -t "fieldgate/$name/#" -v -C 40 -W 60 || true)
+refused=$(mosquitto_sub -h 127.0.0.1 -p "$mqtt_port" -t "fieldgate/$name/#" -C 1 -W 10 2>&1 || true)
+grep -qi 'refused' <<<"$refused" || fail "a client without credentials was not refused on the network listener: $refused"
+ok "a client without credentials is refused: $refused"
+readings=$(mosquitto_sub "${mqtt_auth[@]}" -h 127.0.0.1 -p "$mqtt_port" -t "fieldgate/$name/#" -v -C 40 -W 60 || true)
 echo "$readings" | grep '"value"' | head -5 | indent
 grep -q "^fieldgate/$name/climate/temperature {\"value\":" <<<"$readings" || fail "no climate temperature reading under fieldgate/$name"
 count=$(grep -c "^fieldgate/$name/[a-z_]*/[a-z_]* {\"value\":" <<<"$readings" || true)
@@ -220,8 +233,8 @@ ok "$count readings received over MQTT on the forwarded port, under fieldgate/$n
 guest systemctl show -p StatusText fieldgate.service | indent
 
 token="kept-$RANDOM$RANDOM"
-mosquitto_pub -h 127.0.0.1 -p "$mqtt_port" -q 1 -r -t "image-test/retained" -m "$token"
-got=$(mosquitto_sub -h 127.0.0.1 -p "$mqtt_port" -t "image-test/retained" -C 1 -W 10 || true)
+mosquitto_pub "${mqtt_auth[@]}" -h 127.0.0.1 -p "$mqtt_port" -q 1 -r -t "image-test/retained" -m "$token"
+got=$(mosquitto_sub "${mqtt_auth[@]}" -h 127.0.0.1 -p "$mqtt_port" -t "image-test/retained" -C 1 -W 10 || true)
 [ "$got" = "$token" ] || fail "retained message not read back before the reboot (got '$got')"
 
 # Memory after boot: fieldgate's resident set, the system's use.
@@ -248,9 +261,9 @@ grep -q 'log.level' <<<"$errtext" || fail "fieldgate-error.txt does not give the
 guest "grep -q 'name: $name' /etc/fieldgate/fieldgate.yaml" || fail "the previous configuration was not kept"
 ok "an invalid fieldgate.yaml is rejected with its reason in fieldgate-error.txt, the previous one kept"
 
-got=$(mosquitto_sub -h 127.0.0.1 -p "$mqtt_port" -t "image-test/retained" -C 1 -W 30 || true)
+got=$(mosquitto_sub "${mqtt_auth[@]}" -h 127.0.0.1 -p "$mqtt_port" -t "image-test/retained" -C 1 -W 30 || true)
 [ "$got" = "$token" ] || fail "the retained message did not survive the reboot (got '$got')"
-readings=$(mosquitto_sub -h 127.0.0.1 -p "$mqtt_port" -t "fieldgate/$name/climate/temperature" -C 1 -W 60 || true)
+readings=$(mosquitto_sub "${mqtt_auth[@]}" -h 127.0.0.1 -p "$mqtt_port" -t "fieldgate/$name/climate/temperature" -C 1 -W 60 || true)
 [ -n "$readings" ] || fail "no readings after the reboot"
 ok "the retained message survived the reboot; readings flow again"
 guest journalctl --disk-usage | indent

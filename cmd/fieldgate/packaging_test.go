@@ -24,6 +24,7 @@ const (
 	manPage         = "../../packaging/fieldgate.1"
 	serviceUnit     = "../../systemd/fieldgate.service"
 	socketUnit      = "../../systemd/fieldgate.socket"
+	imageConfig     = "../../image/fieldgate-default.yaml"
 	installedConfig = "/etc/fieldgate/fieldgate.yaml"
 )
 
@@ -81,6 +82,61 @@ func TestPackagedConfigIsAnInstalledGateway(t *testing.T) {
 	// sent upstream, until the site's configuration says so.
 	if n := len(cfg.Sensors) + len(cfg.Outputs) + len(cfg.Bridges); n != 0 {
 		t.Errorf("%d sensors, outputs and bridges, want none", n)
+	}
+}
+
+// TestPackagedDefaultsAdmitNoAnonymousNetworkClient reads the files the
+// package and the image ship: the socket unit binds loopback only, whatever
+// the configuration allows, since it replaces the listener's address; and
+// the configurations that admit anonymous clients (the package's conffile
+// and the image's stand-in for it) do so on loopback only, so that neither
+// fieldgate check nor the start log has anything to warn about.
+func TestPackagedDefaultsAdmitNoAnonymousNetworkClient(t *testing.T) {
+	streams := unitValues(t, socketUnit, "ListenStream")
+	if len(streams) == 0 {
+		t.Errorf("%s: no ListenStream=", socketUnit)
+	}
+	for _, s := range streams {
+		// A bare port, or a wildcard host, is every address of the board.
+		if !onLoopback(s) {
+			t.Errorf("%s: ListenStream=%s, want a loopback host:port such as 127.0.0.1:1883: the socket replaces the listener's address, and the packaged configuration admits anonymous clients", socketUnit, s)
+		}
+	}
+	for _, path := range []string{packagedConfig, imageConfig} {
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ws := cfg.Warnings(); len(ws) != 0 {
+			t.Errorf("%s warns: %q", path, ws)
+		}
+		if !cfg.Broker.AllowAnonymous {
+			continue
+		}
+		for _, l := range cfg.Listeners {
+			if l.Type != "unix" && !onLoopback(l.Address) {
+				t.Errorf("%s: anonymous clients allowed, and listener %s is on %s, not loopback", path, l.Name, l.Address)
+			}
+		}
+		if r := runBinary(t, "check", "-config", path); r.code != 0 || strings.Contains(r.stderr, "WARNING") {
+			t.Errorf("fieldgate check -config %s: exit %d\n%s", path, r.code, r.stderr)
+		}
+	}
+}
+
+// TestCheckWarnsOfAnonymousNetworkAccess: fieldgate check passes a file
+// that admits anonymous clients on a network address, but says so, naming
+// the file, line and key of the listener.
+func TestCheckWarnsOfAnonymousNetworkAccess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lan.yaml")
+	body := "broker:\n  allow_anonymous: true\nlisteners:\n  - name: lan\n    type: tcp\n    address: 0.0.0.0:1883\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, "check", "-config", path)
+	want := "WARNING: " + path + ":6: listeners[0].address: 0.0.0.0:1883 listens on every address of the board, and broker.allow_anonymous (line 2) is on"
+	if r.code != 0 || r.stdout != "ok: "+path+"\n" || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("fieldgate check: exit %d\nstdout: %s\nstderr: %s\nwant stderr starting with %q", r.code, r.stdout, r.stderr, want)
 	}
 }
 
@@ -200,6 +256,17 @@ func onLoopback(address string) bool {
 // unitValue returns the value of the one assignment of key in a unit file.
 func unitValue(t *testing.T, path, key string) string {
 	t.Helper()
+	values := unitValues(t, path, key)
+	if len(values) != 1 {
+		t.Fatalf("%s: %d assignments of %s, want one", path, len(values), key)
+	}
+	return values[0]
+}
+
+// unitValues returns the values of every assignment of key in a unit file,
+// comments left out.
+func unitValues(t *testing.T, path, key string) []string {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -215,8 +282,5 @@ func unitValue(t *testing.T, path, key string) string {
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(values) != 1 {
-		t.Fatalf("%s: %d assignments of %s, want one", path, len(values), key)
-	}
-	return values[0]
+	return values
 }
