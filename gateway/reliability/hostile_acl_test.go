@@ -34,24 +34,7 @@ const hostileACLRevoked = `    - {user: "*", topic: "devices/%u/#", access: read
 `
 
 func hostileACLConfig(passwdPath, rules string) string {
-	return `log:
-  level: info
-storage:
-  path: %STATE%
-broker:
-  allow_anonymous: true
-  password_file: ` + strconv.Quote(passwdPath) + `
-  sys_interval: 0s
-  acl:
-` + rules + `listeners:
-  - name: mqtt
-    type: tcp
-    address: %ADDR%
-ops:
-  address: %OPS%
-sensors: []
-outputs: []
-`
+	return plainYAML("  password_file: " + strconv.Quote(passwdPath) + "\n  acl:\n" + rules)
 }
 
 // TestHostileACL: bob, refused alice's topics, tries to take her session

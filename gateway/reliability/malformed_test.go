@@ -522,24 +522,7 @@ func malformedControl(addr string, i int) error {
 
 // malformedGatewayYAML is the replay's gateway: anonymous clients, small
 // limits, and no $SYS chatter.
-const malformedGatewayYAML = `log:
-  level: info
-storage:
-  path: %STATE%
-broker:
-  allow_anonymous: true
-  max_packet_size: 4096
-  topic_alias_maximum: 10
-  sys_interval: 0s
-listeners:
-  - name: mqtt
-    type: tcp
-    address: %ADDR%
-ops:
-  address: %OPS%
-sensors: []
-outputs: []
-`
+var malformedGatewayYAML = plainYAML("  max_packet_size: 4096\n  topic_alias_maximum: 10\n")
 
 // malformedGoroutineSlack is how many more goroutines the gateway may run
 // after the replay than before: the ops endpoint's own, for a scrape in

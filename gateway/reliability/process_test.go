@@ -104,6 +104,30 @@ outputs: []
 `, 1<<30, 1<<30)+extra)
 }
 
+// plainYAML is a gateway configuration with no sensors and no bridge,
+// for newGatewayYAML: the state file, a broker that admits anonymous
+// clients and publishes no $SYS, with brokerKeys (whole lines, indented
+// by two spaces; may be empty) added to its section, one TCP listener
+// named mqtt, and the ops endpoint.
+func plainYAML(brokerKeys string) string {
+	return `log:
+  level: info
+storage:
+  path: %STATE%
+broker:
+  allow_anonymous: true
+  sys_interval: 0s
+` + brokerKeys + `listeners:
+  - name: mqtt
+    type: tcp
+    address: %ADDR%
+ops:
+  address: %OPS%
+sensors: []
+outputs: []
+`
+}
+
 // newGatewayYAML writes the whole configuration body, in which %STATE%,
 // %ADDR% and %OPS% stand for the state file, the MQTT listener's address
 // and the ops endpoint's, each quoted; a fresh directory and free

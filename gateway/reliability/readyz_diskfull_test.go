@@ -24,22 +24,7 @@ func TestReadyzOnFullDisk(t *testing.T) {
 	fs := testkit.SmallTmpfs(t, "2m")
 	bin := buildGateway(t, t.TempDir())
 	state := filepath.Join(fs, "state.db")
-	g := newGatewayYAML(t, bin, `log:
-  level: info
-storage:
-  path: `+strconv.Quote(state)+`
-broker:
-  allow_anonymous: true
-  sys_interval: 0s
-listeners:
-  - name: mqtt
-    type: tcp
-    address: %ADDR%
-ops:
-  address: %OPS%
-sensors: []
-outputs: []
-`)
+	g := newGatewayYAML(t, bin, strings.Replace(plainYAML(""), "%STATE%", strconv.Quote(state), 1))
 	g.start()
 	if code, body := readyz(t, g); code != http.StatusOK {
 		t.Fatalf("/readyz at start = %d %q", code, body)
