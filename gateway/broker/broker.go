@@ -75,7 +75,7 @@ type Broker struct {
 	// users is nil without a password file; checked through the broker's
 	// own auth.Authenticator, replaced whole by ReloadPasswords.
 	users atomic.Pointer[auth.Passwords]
-	auth  *auth.Authenticator // the bcrypt queue, cache and failed-login table; nil without a password file
+	auth  *auth.Authenticator      // the bcrypt queue, cache and failed-login table; nil without a password file
 	acl   atomic.Pointer[auth.ACL] // replaced whole by SetACL
 	// outbound is Options.Outbound, replaced whole by SetOutbound.
 	outbound atomic.Pointer[[]Outbound]

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -77,9 +78,9 @@ func (c Config) checkBounds(k *check.Checker) {
 	k.IntRange("broker.max_filter_bytes", c.MaxFilterBytes, 1, mqttwire.MaxTwoByte, "1024")
 	k.IntRange("broker.max_session_filter_bytes", c.MaxSessionFilterBytes, 1, 1<<30, "16384")
 	k.IntRange("broker.max_retained_messages", c.MaxRetained, 1, 1<<24, "10000")
-	k.IntRange("broker.max_retained_bytes", c.MaxRetainedBytes, 1, 1<<40, "16777216")
+	k.IntRange("broker.max_retained_bytes", c.MaxRetainedBytes, 1, math.MaxInt32, "16777216")
 	k.IntRange("broker.max_retained_messages_per_user", c.MaxRetainedPerUser, 1, 1<<24, "2500")
-	k.IntRange("broker.max_retained_bytes_per_user", c.MaxRetainedBytesPerUser, 1, 1<<40, "4194304")
+	k.IntRange("broker.max_retained_bytes_per_user", c.MaxRetainedBytesPerUser, 1, math.MaxInt32, "4194304")
 	atMost := func(part, whole string, p, w int) {
 		if p <= w || p < 1 || w < 1 { // out of range: said above
 			return

@@ -68,7 +68,7 @@ type Stats struct {
 	RetainedCounted    int              // retained messages counted against broker.max_retained_messages
 	RetainedBytes      int64            // their bytes, as broker.max_retained_bytes counts them
 	Refusals           map[string]int64 // what the broker's bounds refused, by bound
-	LoginsRefused map[string]int64 // logins refused, by reason (auth.Outcome's names); nil without a password file
+	LoginsRefused      map[string]int64 // logins refused, by reason (auth.Outcome's names); nil without a password file
 }
 
 // Stats returns the broker's counters now.
