@@ -74,7 +74,7 @@ type BrokerStats struct {
 	RetainedCounted    int              // retained messages counted against broker.max_retained_messages
 	RetainedBytes      int64            // their bytes, as broker.max_retained_bytes counts them
 	Refusals           map[string]int64 // what the broker's bounds refused, by bound
-	LoginsRefused map[string]int64 // logins refused, by reason: password, limited, queue_full, queue_timeout
+	LoginsRefused      map[string]int64 // logins refused, by reason: password, limited, queue_full, queue_timeout
 }
 
 // Client is one connected network client; the fields mirror broker.ClientInfo.
