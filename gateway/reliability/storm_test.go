@@ -91,7 +91,11 @@ func TestConnectionStorm(t *testing.T) {
 		n, stormPersistentEvery, stormExpiry, stormChurnRate, churnFor, stormTakeoverEvery)
 
 	bin := buildGateway(t, t.TempDir())
-	g := newGatewayWith(t, bin, "")
+	// The storm's clients are anonymous, so they share one user's
+	// session bounds; a site that expects this many devices raises them,
+	// which is what the storm measures (the bounds' own case is
+	// TestHostileBounds).
+	g := newGatewayYAML(t, bin, plainYAML(fmt.Sprintf("  max_persistent_sessions: %d\n  max_persistent_sessions_per_user: %d\n", n, n)))
 	g.start()
 	// One client stays for the whole test: it sets the retained message
 	// every subscriber gets, and makes the gateway collect garbage.
