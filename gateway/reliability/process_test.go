@@ -392,3 +392,12 @@ func passwd(t *testing.T, bin, path, user, password string) {
 		t.Fatalf("fieldgate passwd %s %s: %v\n%s", path, user, err, out)
 	}
 }
+
+// awaitLog waits until the gateway's log holds text: its output reaches
+// the test through a pipe, after whatever it answered over the network.
+func (g *gateway) awaitLog(text string) {
+	g.t.Helper()
+	testkit.WaitFor(g.t, readyTimeout, "the gateway to log "+strconv.Quote(text), func() bool {
+		return strings.Contains(g.log.lines(1<<20), text)
+	})
+}
