@@ -559,6 +559,83 @@ func (db *DB) RetainedEntries(fn func(RetainedEntry)) error {
 	})
 }
 
+// retainedPageKeys bounds the keys one RetainedPage examines, matching
+// or not: a filter such as +/temp that matches few of many topics still
+// reads the bucket in short transactions, each a few milliseconds on a
+// Pi, so that a long scan never holds a read transaction (and with it
+// the file's remapping, which a growing file's commit waits for) for long.
+const retainedPageKeys = 1024
+
+// RetainedPage reads the next page of the retained messages whose topic
+// matches filter (as decided by matches), in topic order: those after
+// topic after, or from the first when after is empty (no topic is
+// empty). A page ends after maxN messages, or once it holds maxBytes of
+// records (it holds at least one message), or after retainedPageKeys
+// keys; each page is one short read transaction. It returns the page,
+// the last topic it examined, from which the next page goes on, and
+// whether no topic the filter can match remains after it. A filter
+// without wildcards is one get.
+func (db *DB) RetainedPage(filter, after string, matches func(filter, topic string) bool, maxN, maxBytes int) (page []Message, last string, done bool, err error) {
+	last = after
+	err = guard("retained page", func() error {
+		return db.bolt.View(func(tx *bolt.Tx) error {
+			bk := tx.Bucket(bucketRetained)
+			cut := strings.IndexAny(filter, "+#")
+			if cut < 0 {
+				done = true
+				if after != "" {
+					return nil
+				}
+				last = filter
+				if v := bk.Get([]byte(filter)); v != nil {
+					m, ok := decodeMessage(v)
+					if !ok {
+						return corrupt("retained message", []byte(filter))
+					}
+					page = append(page, m)
+				}
+				return nil
+			}
+			// Every topic the filter matches begins with its literal
+			// prefix; for a/b/# that is a/b, so that the parent topic
+			// a/b, which the '#' matches too [MQTT-4.7.1-1], comes
+			// first in the same walk.
+			prefix := []byte(filter[:cut])
+			if filter[cut] == '#' && cut > 0 {
+				prefix = prefix[:cut-1]
+			}
+			c := bk.Cursor()
+			var k, v []byte
+			if after == "" {
+				k, v = c.Seek(prefix)
+			} else if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
+				k, v = c.Next()
+			}
+			bytesIn := 0
+			for n := 0; ; n++ {
+				if k == nil || !bytes.HasPrefix(k, prefix) {
+					done = true
+					return nil
+				}
+				if n == retainedPageKeys || len(page) == maxN || (len(page) > 0 && bytesIn+len(v) > maxBytes) {
+					return nil
+				}
+				last = string(k)
+				if matches(filter, last) {
+					m, ok := decodeMessage(v)
+					if !ok {
+						return corrupt("retained message", k)
+					}
+					page = append(page, m)
+					bytesIn += len(v)
+				}
+				k, v = c.Next()
+			}
+		})
+	})
+	return page, last, done, err
+}
+
 // RetainedCount returns the number of retained messages.
 func (db *DB) RetainedCount() int {
 	n := 0

@@ -209,3 +209,59 @@ func TestMatchRetainedReadsPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestRetainedPageOracle: paging through a filter's retained messages
+// with small pages finds what MatchRetained finds, in the same order,
+// each once, and no page is larger than asked.
+func TestRetainedPageOracle(t *testing.T) {
+	db := openTemp(t, Options{})
+	r := rand.New(rand.NewPCG(3, 5))
+	var b Batch
+	for range 3000 {
+		topic := randomTopic(r)
+		b.SetRetained(&Message{Topic: topic, Payload: make([]byte, r.IntN(300))})
+	}
+	if err := db.CommitWait(&b); err != nil {
+		t.Fatal(err)
+	}
+	filters := []string{"#", "+", "+/#", "a/#", "a/b/#", "a/b", "a/+", "$SYS/#", "nothing/#", "nothing"}
+	for range 200 {
+		filters = append(filters, randomFilter(r))
+	}
+	for _, f := range filters {
+		want := matchTopics(t, db, f)
+		var got []string
+		after := ""
+		for pages := 0; ; pages++ {
+			if pages > 10000 {
+				t.Fatalf("%s: paging does not end", f)
+			}
+			maxN, maxBytes := 1+r.IntN(7), r.IntN(1000)
+			page, last, done, err := db.RetainedPage(f, after, matcher.Matches, maxN, maxBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > maxN {
+				t.Fatalf("%s: a page of %d messages, asked for at most %d", f, len(page), maxN)
+			}
+			size := 0
+			for i := range page {
+				size += messageRecordSize(&page[i])
+				got = append(got, page[i].Topic)
+			}
+			if len(page) > 1 && size > maxBytes {
+				t.Fatalf("%s: a page of %d messages holding %d bytes, asked for at most %d", f, len(page), size, maxBytes)
+			}
+			if done {
+				break
+			}
+			if last == after && len(page) == 0 {
+				t.Fatalf("%s: a page that neither ends nor moves on from %q", f, after)
+			}
+			after = last
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("filter %q: paged %d topics, want %d\n got  %q\n want %q", f, len(got), len(want), got, want)
+		}
+	}
+}
