@@ -354,6 +354,7 @@ func (b *Broker) endSession(s *session) {
 		b.index.Unsubscribe(s.handle, f)
 	}
 	s.subs = nil
+	s.endScansLocked("")
 	s.inflight, s.pending, s.pendingB, s.grace, s.awaitingRel, s.unstored = nil, nil, 0, 0, nil, nil
 	s.mu.Unlock()
 	b.index.SetOnline(s.handle, true)

@@ -235,8 +235,13 @@ func (c *conn) run() {
 		c.queue, c.spare = c.spare[:0], nil
 		c.qmu.Unlock()
 
+		// Before giveBack, which clears the items.
+		scanning := c.scanning(items)
 		if c.local != nil {
 			c.giveBack(items, c.local.dispatchAll(items))
+			if scanning {
+				c.s.pumpRetained()
+			}
 			continue
 		}
 		w := c.getWriter()
@@ -250,6 +255,11 @@ func (c *conn) run() {
 		if err != nil {
 			c.nc.Close()
 			c.drain()
+			continue
+		}
+		if scanning {
+			// Room again in the queue: a retained scan goes on.
+			c.s.pumpRetained()
 		}
 	}
 }

@@ -298,6 +298,7 @@ func (c *conn) accept(pk *packets.Packet) bool {
 	}
 	b.stats.connected.Add(1)
 	b.stats.totalConns.Add(1)
+	c.s.pumpRetained() // a persistent session's scans go on
 	return true
 }
 

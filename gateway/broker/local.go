@@ -156,7 +156,6 @@ func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
 		return ErrClientClosed
 	}
 	cl.c.s.sendRetained(cl.b, nil, retained, []uint32{id})
-	cl.b.retained.scanned(len(retained))
 	if err == nil && code >= 0x80 {
 		err = fmt.Errorf("broker: subscribe to %q refused with reason 0x%02X", filter, code)
 	}
@@ -182,6 +181,7 @@ func (cl *Client) Unsubscribe(filter string) {
 	if _, ok := s.subs[filter]; ok {
 		cl.b.index.Unsubscribe(s.handle, filter)
 		delete(s.subs, filter)
+		s.endScansLocked(filter)
 	}
 	s.mu.Unlock()
 	cl.mu.Lock()

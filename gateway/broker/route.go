@@ -181,6 +181,7 @@ func (c *conn) onSubscribe(pk *packets.Packet) error {
 	}
 	suback := encodePacket(ack)
 	s.sendRetained(b, func() { c.enqueueControl(suback) }, wantRetained, ids)
+	wantRetained = nil // the session's scans now
 	return nil
 }
 
@@ -283,6 +284,7 @@ func (c *conn) onUnsubscribe(pk *packets.Packet) error {
 			c.b.index.Unsubscribe(s.handle, f.Filter)
 			delete(s.subs, f.Filter)
 			s.recheck()
+			s.endScansLocked(f.Filter)
 			codes[i] = rcSuccess
 			if s.persistent(c.b) {
 				bt.DeleteSub(s.id, f.Filter)

@@ -92,6 +92,7 @@ func (c *conn) handle(fh packets.FixedHeader, body []byte) error {
 			}
 			return nil
 		}
+		c.s.pumpRetained() // the window has room again
 		if fh.Type == packets.Pubrec && !failed {
 			// After the PUBREC is on disk. Should the commit fail, PUBREL
 			// goes all the same: the flight is past PUBREC in memory, and

@@ -61,6 +61,8 @@ type session struct {
 	perms   auth.Permissions
 	checked bool
 	local   bool
+
+	scan scanState // retained messages on their way to new subscriptions
 }
 
 // subscription is what a session asked for on one filter.
@@ -219,30 +221,6 @@ func (s *session) deliverLocked(b *Broker, d delivery, fx *effects) {
 	}
 	s.pending = append(s.pending, d)
 	s.pendingB += d.msg.size
-}
-
-// sendRetained delivers the retained messages of filters, as due for a
-// new subscription, after queueing first (the SUBACK). It holds s.mu
-// throughout, so a live message published meanwhile reaches the client
-// after them and a newer retained value never arrives before an older one.
-func (s *session) sendRetained(b *Broker, first func(), filters []retainedFor, ids []uint32) {
-	fx := &effects{}
-	defer b.commitLazy(fx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if first != nil {
-		first()
-	}
-	now := time.Now().UnixNano()
-	for _, w := range filters {
-		b.retained.match(w.filter, w.scanTo, func(m *message) {
-			if m.expired(now) {
-				return
-			}
-			// Sent because of a new subscription: retain set [MQTT-3.3.1-8].
-			s.deliverLocked(b, delivery{msg: m, qos: min(m.qos, w.qos), retain: true, subIDs: ids}, fx)
-		})
-	}
 }
 
 // retainedFor is a filter whose retained messages a new subscription gets,
