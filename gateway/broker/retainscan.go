@@ -17,9 +17,9 @@ import (
 // A scan reads the state file a page at a time (storage.RetainedPage: one
 // short read transaction, in topic order, from a cursor) and hands each
 // message to session.deliverLocked only while the client has room for
-// it: a free slot in its window for QoS 1/2, and its outbound queue under
-// half of broker.max_queued_bytes, the other half left for live
-// messages. What does not fit waits in the file, not in memory. It goes
+// it: its outbound queue under half of broker.max_queued_bytes, and for
+// QoS 1/2 a free slot in its window or, failing that, its pending queue
+// under half that budget; the other halves are left for live messages. What does not fit waits in the file, not in memory. It goes
 // on when room comes back: a PUBACK or PUBCOMP (from the connection's
 // reader), a batch written (from its writer), a returning client (attach).
 // Each of those calls pump; one page at a time runs, on whichever
@@ -297,22 +297,19 @@ func (s *session) scanRoomLocked(sc *retainedScan) (n, maxBytes int) {
 	if c == nil {
 		return 0, 0
 	}
-	n = scanPage
-	if sc.qos > 0 {
-		if len(s.pending) > 0 {
-			return 0, 0
-		}
-		n = min(n, s.window()-len(s.inflight))
-	}
+	half := s.b.opts.MaxQueuedBytes / 2
 	q := c.queued()
-	maxBytes = s.b.opts.MaxQueuedBytes/2 - q
+	maxBytes = half - q
+	if sc.qos > 0 && (len(s.pending) > 0 || len(s.inflight) >= s.window()) {
+		maxBytes = min(maxBytes, half-s.pendingB)
+	}
 	if maxBytes <= 0 {
-		if q > 0 {
+		if q > 0 || s.pendingB > 0 {
 			return 0, 0
 		}
 		maxBytes = 1 // one message, whatever its size
 	}
-	return max(n, 0), maxBytes
+	return scanPage, maxBytes
 }
 
 // deliverScanLocked delivers msgs in order, as far as the client has room,
@@ -331,10 +328,14 @@ func (s *session) deliverScanLocked(sc *retainedScan, msgs []*message, fromFile 
 			break
 		}
 		qos := min(m.qos, sc.qos)
-		if qos > 0 && (len(s.pending) > 0 || len(s.inflight) >= s.window()) {
+		if q := c.queued(); q > 0 && q+m.size > half {
 			break
 		}
-		if q := c.queued(); q > 0 && q+m.size > half {
+		// A QoS 1/2 message the window has no room for waits in the
+		// pending queue, in turn with live ones, within half its budget:
+		// a steady live stream cannot starve the scan, nor the scan
+		// crowd out the live stream.
+		if qos > 0 && (len(s.pending) > 0 || len(s.inflight) >= s.window()) && s.pendingB+m.size > half {
 			break
 		}
 		taken++
