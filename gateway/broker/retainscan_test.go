@@ -246,7 +246,7 @@ func TestRetainedScanEnds(t *testing.T) {
 	c, _ := connectRaw(t, sb.addr, 5, "quitter", true, window)
 	c.subscribe(1, packets.Subscription{Filter: "#", Qos: 1})
 	c.expect(packets.Publish)
-	c.expect(packets.Publish) // the window is full
+	c.expect(packets.Publish)                                 // the window is full
 	c.subscribe(2, packets.Subscription{Filter: "#", Qos: 1}) // again: the old scan ends
 	testkit.WaitFor(t, testkit.Scale(5*time.Second), "one scan after subscribing again", func() bool {
 		return b.retained.scans.Load() == 1
