@@ -242,7 +242,13 @@ func scanSubscriber(addr, id string, qos byte) (int, time.Duration, error) {
 		return 0, 0, err
 	}
 	seen := make(map[string]bool, scanRetained)
+	lastAt := time.Now()
 	for len(seen) < scanRetained {
+		// The control client's live messages keep coming: a scan that
+		// has stopped shows as a long wait for a retained one.
+		if time.Since(lastAt) > ioTimeout {
+			return len(seen), time.Since(began), fmt.Errorf("no retained message for %s after %d", ioTimeout, len(seen))
+		}
 		pk, err := c.read(ioTimeout)
 		if err != nil {
 			return len(seen), time.Since(began), fmt.Errorf("after %d messages: %w", len(seen), err)
@@ -267,6 +273,7 @@ func scanSubscriber(addr, id string, qos byte) (int, time.Duration, error) {
 			return len(seen), time.Since(began), fmt.Errorf("%s twice", pk.TopicName)
 		}
 		seen[pk.TopicName] = true
+		lastAt = time.Now()
 		if len(seen)%scanPauseEvery == 0 {
 			time.Sleep(scanPause)
 		}
