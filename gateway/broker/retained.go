@@ -20,7 +20,7 @@ import (
 // subscribers in one step under mu (see change), and a subscription
 // enters the index under mu and takes the latest number (see subscribe).
 // A change numbered above a subscription's number was routed to it live,
-// one at or below was not; so its scan (match) sends a topic's message
+// one at or below was not; so its scan (retainscan.go) sends a topic's message
 // only while the topic's latest change is at or below the number. Each
 // message reaches a new subscription once, as the retained copy or live;
 // a retained one replaced meanwhile gives way to its replacement.

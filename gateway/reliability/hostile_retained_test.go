@@ -108,8 +108,7 @@ func TestHostileRetainedScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var peak procMem
-	peak = before
+	peak := before
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
