@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -280,7 +281,13 @@ func (s *session) pumpRetained() {
 func (s *session) endScansOneLocked(sc *retainedScan) {
 	for i, o := range s.scan.list {
 		if o == sc {
-			s.scan.list = append(s.scan.list[:i], s.scan.list[i+1:]...)
+			// Delete clears the slot it frees: a stale pointer there
+			// would keep the ended scan, and what it holds, for as long
+			// as the session lives.
+			s.scan.list = slices.Delete(s.scan.list, i, i+1)
+			if len(s.scan.list) == 0 {
+				s.scan.list = nil
+			}
 			sc.ended = true
 			s.scan.n.Add(-1)
 			s.b.retained.scanned(1)

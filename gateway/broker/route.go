@@ -248,7 +248,16 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 	// never (MQTT 5 [MQTT-3.3.1-9] to [MQTT-3.3.1-11]).
 	rh := f.RetainHandling
 	due := !shared && (rh == 0 || (rh == 1 && !existed))
+	// One copy for the index, the session and a retained scan alike:
+	// f.Filter points into the packet's buffer, which must not outlive
+	// the packet (a scan kept by a persistent session would keep a
+	// SUBSCRIBE of a hundred long filters whole).
 	filter := strings.Clone(f.Filter)
+	if shared {
+		_, inner, _ = matcher.SplitShared(filter)
+	} else {
+		inner = filter
+	}
 	scanTo, err := b.retained.subscribe(due, func() error {
 		_, err := b.index.Subscribe(s.handle, filter, opts, id)
 		return err
