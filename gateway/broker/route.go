@@ -203,7 +203,7 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 		b.log.Debug("subscribe refused", "client", c.clientID, "filter", f.Filter, "err", err)
 		return fail(rcFilterInvalid)
 	}
-	_, inner, shared := matcher.SplitShared(f.Filter)
+	_, _, shared := matcher.SplitShared(f.Filter)
 	if shared && f.NoLocal {
 		return 0, failure(rcProtocolError, "No Local on shared subscription %q", f.Filter) // [MQTT-3.8.3-4]
 	}
@@ -253,11 +253,7 @@ func (c *conn) subscribeOne(f packets.Subscription, id uint32, retained func(ret
 	// the packet (a scan kept by a persistent session would keep a
 	// SUBSCRIBE of a hundred long filters whole).
 	filter := strings.Clone(f.Filter)
-	if shared {
-		_, inner, _ = matcher.SplitShared(filter)
-	} else {
-		inner = filter
-	}
+	_, inner, _ := matcher.SplitShared(filter)
 	scanTo, err := b.retained.subscribe(due, func() error {
 		_, err := b.index.Subscribe(s.handle, filter, opts, id)
 		return err
