@@ -37,6 +37,15 @@ type retainedStore struct {
 	// know the change's number (kept while a scan is under way).
 	recent map[string]*recentChange
 	scans  atomic.Int32 // subscriptions past subscribe whose scanned has not come
+	// kept counts the changes in recent the file has, kept for the
+	// scans; past keepMax they are forgotten and floor is raised to the
+	// latest number, so that a scan stalled for good (its persistent
+	// session's client gone) cannot make the log grow with every topic
+	// changed since. A scan whose scanTo is below floor rebases itself
+	// before it goes on (see rebaseLocked).
+	kept    int
+	keepMax int
+	floor   uint64
 
 	db  *storage.DB
 	log *slog.Logger
@@ -86,9 +95,17 @@ func (r *retainedStore) stored(topic string) bool {
 	return r.db != nil && !strings.HasPrefix(topic, "$")
 }
 
+// recentKeep bounds the changes the file has that the retained store
+// keeps while scans are under way: about 250 bytes each with a short
+// topic, so 4,096 of them are 1 MB, and a healthy scan of 20,000
+// messages takes a few seconds, in which a gateway's retained topics
+// change far fewer times than that.
+const recentKeep = 4096
+
 func (r *retainedStore) init() {
 	r.topics = make(map[string]retainedMsg)
 	r.recent = make(map[string]*recentChange)
+	r.keepMax = recentKeep
 }
 
 // change stores m as its topic's retained message, or clears the topic's
@@ -124,6 +141,9 @@ func (r *retainedStore) change(m *message, fx *effects, match func()) {
 			// outlive the message.
 			c = &recentChange{topic: strings.Clone(m.topic)}
 			r.recent[c.topic] = c
+		}
+		if c.inFile {
+			r.kept--
 		}
 		c.m, c.seq, c.inFile = m, r.seq, false
 		if del {
@@ -263,14 +283,32 @@ func (r *retainedStore) applied(c *recentChange, seq uint64) {
 
 func (r *retainedStore) appliedLocked(c *recentChange, seq uint64) {
 	switch {
-	case c.seq != seq:
+	case c.seq != seq || c.inFile:
 	case r.scans.Load() == 0:
 		if r.recent[c.topic] == c {
 			delete(r.recent, c.topic)
 		}
 	default:
 		c.m, c.inFile = nil, true
+		r.kept++
+		if r.kept > r.keepMax {
+			r.forgetFiledLocked()
+			// Every scan begun before now may have needed what was
+			// forgotten: it rebases before it goes on.
+			r.floor = r.seq
+		}
 	}
+}
+
+// forgetFiledLocked forgets the changes the file has. The caller holds
+// mu for writing.
+func (r *retainedStore) forgetFiledLocked() {
+	for t, c := range r.recent {
+		if c.inFile {
+			delete(r.recent, t)
+		}
+	}
+	r.kept = 0
 }
 
 // tidy runs about once a second. It forgets the changes the file has
@@ -286,13 +324,12 @@ func (r *retainedStore) tidy() {
 	}
 	var due []asked
 	r.mu.Lock()
-	idle := r.scans.Load() == 0
-	for t, c := range r.recent {
+	if r.scans.Load() == 0 && r.kept > 0 {
+		r.forgetFiledLocked()
+	}
+	for _, c := range r.recent {
 		switch {
 		case c.inFile:
-			if idle {
-				delete(r.recent, t)
-			}
 		case c.submitted.Load() == c.seq && c.asked != c.seq:
 			c.asked = c.seq
 			due = append(due, asked{c, c.seq})

@@ -44,6 +44,21 @@ import (
 // session, so a persistent session's scan waits while its client is away
 // and goes on from its cursor when the client comes back; it is not
 // stored, so a restart of the broker ends it.
+//
+// What scans hold is bounded. An ended scan holds nothing: it leaves the
+// session's list (its slot cleared), and its filter is the subscription's
+// own string, never a slice of the SUBSCRIBE packet, which would keep the
+// packet whole. A scan under way holds its cursor and, until the file
+// part begins, pointers to the messages only memory had at its start ($
+// topics and changes not yet in the file); a session has at most one per
+// subscription (broker.max_subscriptions, within its filter bytes), and
+// persistent sessions are bounded too. Pages read from the file are
+// delivered or let go within the pump. The store keeps the changes the
+// file has while scans are under way, which a scan stalled for good (a
+// persistent session whose client never returns) would otherwise make
+// grow with every topic changed: past recentKeep of them it forgets them
+// and raises its floor, and a scan begun before then rebases on its next
+// step (rebaseLocked), sending topics past its cursor as they are now.
 
 // scanPage bounds the messages of one page: at most a default window's
 // worth, so one step delivers a window-full and a QoS 0 scan's page stays
@@ -79,8 +94,20 @@ type scanState struct {
 // the session's lock; the scan is one of those subscribe counted.
 func (r *retainedStore) startScan(w retainedFor, ids []uint32) *retainedScan {
 	sc := &retainedScan{filter: w.filter, scanTo: w.scanTo, qos: w.qos, ids: ids, fileDone: r.db == nil}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	r.captureLocked(sc)
+	return sc
+}
+
+// captureLocked reads into sc.mem the messages of sc's filter that only
+// memory knows, as of sc.scanTo, and notes in sc.held the stored topics
+// among them; once the file part has begun (sc.after set), only stored
+// topics past its cursor, since the others it has passed and memory's
+// own topics went first. The caller holds r.mu.
+func (r *retainedStore) captureLocked(sc *retainedScan) {
 	fromRecent := func(topic string, c *recentChange) {
-		if c.inFile {
+		if c.inFile || (sc.after != "" && topic <= sc.after) {
 			return
 		}
 		if sc.held == nil {
@@ -91,28 +118,49 @@ func (r *retainedStore) startScan(w retainedFor, ids []uint32) *retainedScan {
 			sc.mem = append(sc.mem, c.m)
 		}
 	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if !strings.ContainsAny(w.filter, "+#") {
-		if e, ok := r.topics[w.filter]; ok && e.seq <= sc.scanTo {
+	fromMemory := sc.after == ""
+	if !strings.ContainsAny(sc.filter, "+#") {
+		if e, ok := r.topics[sc.filter]; ok && fromMemory && e.seq <= sc.scanTo {
 			sc.mem = append(sc.mem, e.m)
 		}
-		if c := r.recent[w.filter]; c != nil {
-			fromRecent(w.filter, c)
+		if c := r.recent[sc.filter]; c != nil {
+			fromRecent(sc.filter, c)
 		}
-		return sc
+		return
 	}
-	for t, e := range r.topics {
-		if e.seq <= sc.scanTo && matcher.Matches(w.filter, t) {
-			sc.mem = append(sc.mem, e.m)
+	if fromMemory {
+		for t, e := range r.topics {
+			if e.seq <= sc.scanTo && matcher.Matches(sc.filter, t) {
+				sc.mem = append(sc.mem, e.m)
+			}
 		}
 	}
 	for t, c := range r.recent {
-		if matcher.Matches(w.filter, t) {
+		if matcher.Matches(sc.filter, t) {
 			fromRecent(t, c)
 		}
 	}
-	return sc
+}
+
+// behindLocked reports whether changes sc may need have been forgotten
+// (see retainedStore.floor). The caller holds r.mu.
+func (r *retainedStore) behindLocked(sc *retainedScan) bool {
+	return sc.scanTo < r.floor
+}
+
+// rebaseLocked moves sc, which is behind, up to the latest change: the
+// subscription has been in the index since its first scanTo, so every
+// change since went to it live, and the scan now sends a topic past its
+// cursor only as it is now. What it had read from memory is read again,
+// since the changes that could tell it was replaced are forgotten. A
+// topic changed since the scan began can so reach the subscription twice,
+// live and from the scan, both times its latest value; never an older
+// value after a newer one. The caller holds the session's lock and r.mu.
+func (r *retainedStore) rebaseLocked(sc *retainedScan) {
+	clear(sc.mem)
+	sc.mem, sc.held = nil, nil
+	sc.scanTo = r.seq
+	r.captureLocked(sc)
 }
 
 // currentLocked reports whether m, read by sc from memory (fromFile
@@ -129,8 +177,10 @@ func (r *retainedStore) currentLocked(sc *retainedScan, m *message, fromFile boo
 			return false
 		}
 	}
-	// Changes are kept in recent while any scan is under way, so a
-	// topic without one has not changed since the scan began.
+	// Changes are kept in recent while any scan is under way, up to
+	// keepMax of them; a scan that is not behind the floor (checked by
+	// the caller under the same lock) sees every change made since it
+	// began, so a topic without one has not changed since.
 	c := r.recent[m.topic]
 	if c == nil {
 		return true
@@ -212,13 +262,22 @@ func (s *session) pumpRetained() {
 		if n == 0 {
 			break
 		}
+		b.retained.mu.RLock()
+		if b.retained.behindLocked(sc) {
+			b.retained.rebaseLocked(sc)
+		}
+		b.retained.mu.RUnlock()
 		if fx == nil {
 			fx = &effects{}
 		}
 		var delivered int
 		if len(sc.mem) > 0 {
 			var taken int
-			delivered, taken = s.deliverScanLocked(sc, sc.mem, false, fx)
+			var behind bool
+			delivered, taken, behind = s.deliverScanLocked(sc, sc.mem, false, fx)
+			if behind {
+				continue // rebased at the top
+			}
 			if taken == 0 {
 				// The next message does not fit yet: the writer has a
 				// batch queued, and calls pump once it is written.
@@ -252,7 +311,11 @@ func (s *session) pumpRetained() {
 				continue
 			}
 			var taken int
-			delivered, taken = s.deliverScanLocked(sc, msgs, true, fx)
+			var behind bool
+			delivered, taken, behind = s.deliverScanLocked(sc, msgs, true, fx)
+			if behind {
+				continue // read again once rebased
+			}
 			if taken == len(msgs) {
 				sc.after, sc.fileDone = last, done
 			} else if taken == 0 {
@@ -321,14 +384,18 @@ func (s *session) scanRoomLocked(sc *retainedScan) (n, maxBytes int) {
 
 // deliverScanLocked delivers msgs in order, as far as the client has room,
 // skipping those no longer due; it returns how many it delivered and how
-// many it took (delivered or skipped). The caller holds s.mu.
-func (s *session) deliverScanLocked(sc *retainedScan, msgs []*message, fromFile bool, fx *effects) (delivered, taken int) {
+// many it took (delivered or skipped), or, taking none, that sc fell
+// behind meanwhile and must rebase first. The caller holds s.mu.
+func (s *session) deliverScanLocked(sc *retainedScan, msgs []*message, fromFile bool, fx *effects) (delivered, taken int, behind bool) {
 	b := s.b
 	half := b.opts.MaxQueuedBytes / 2
 	now := time.Now().UnixNano()
 	r := &b.retained
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	if r.behindLocked(sc) {
+		return 0, 0, true
+	}
 	for _, m := range msgs {
 		c := s.conn
 		if c == nil {
@@ -353,7 +420,7 @@ func (s *session) deliverScanLocked(sc *retainedScan, msgs []*message, fromFile 
 		s.deliverLocked(b, delivery{msg: m, qos: qos, retain: true, subIDs: sc.ids}, fx)
 		delivered++
 	}
-	return delivered, taken
+	return delivered, taken, false
 }
 
 // queued returns the bytes waiting in c's outbound queue or being

@@ -433,3 +433,122 @@ func TestRetainedScanKeepsNoPacket(t *testing.T) {
 		t.Errorf("each persistent session holds %d KiB after its client left, want under 120 KiB: a SUBSCRIBE's buffer is kept", per>>10)
 	}
 }
+
+// TestRetainedScanStalledLogBounded: a persistent session's # scan
+// stalls with its client away while retained topics keep changing, many
+// more of them than the store keeps changes for; the store forgets them
+// all the same, and the returning client's scan, rebased, still gets
+// every topic, each ending at its latest value and never an older value
+// after a newer one.
+func TestRetainedScanStalledLogBounded(t *testing.T) {
+	t.Parallel()
+	const n, keep = 200, 16
+	// 200 KB of messages against a budget whose pending half holds 8 KB:
+	// the scan cannot finish while the client is away.
+	sb := newStoredBroker(t, func(o *Options) { o.MaxQueuedBytes = 16 << 10 })
+	b := sb.tb.Broker
+	b.retained.mu.Lock()
+	b.retained.keepMax = keep
+	b.retained.mu.Unlock()
+	fillRetained(t, sb.db, n, 1000)
+	persist := func(pk *packets.Packet) {
+		pk.Properties.ReceiveMaximum = 2
+		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 600, true
+	}
+	c, _ := connectRaw(t, sb.addr, 5, "staller", true, persist)
+	c.subscribe(1, packets.Subscription{Filter: "site/#", Qos: 1})
+	values := map[string][]string{}
+	got := func(pk *packets.Packet) {
+		values[pk.TopicName] = append(values[pk.TopicName], string(pk.Payload))
+		c.ackPublish(pk)
+	}
+	got(c.expect(packets.Publish))
+	c.close() // the scan waits, its window full
+	testkit.WaitFor(t, testkit.Scale(5*time.Second), "the session to go offline", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		s := b.sessions["staller"]
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.conn == nil
+	})
+
+	// The second half of the topics, which the scan has not reached,
+	// changes, and many more topics than the kept bound are set and
+	// deleted; at QoS 0, which the offline session does not queue (its
+	// 16 KiB would drop the scan's pending messages): the scan must send
+	// the changed topics' values as they are now.
+	pub := localConnect(t, b, "changer")
+	ctx := context.Background()
+	for i := n / 2; i < n; i++ {
+		if err := pub.Publish(ctx, scanTopicOf(i), []byte("v2"), 0, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		topic := fmt.Sprintf("gone/%d", i)
+		if err := pub.Publish(ctx, topic, []byte("x"), 0, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish(ctx, topic, nil, 0, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WaitFor(t, testkit.Scale(5*time.Second), "the file to have every change", func() bool {
+		b.retained.tidy()
+		b.retained.mu.RLock()
+		defer b.retained.mu.RUnlock()
+		for _, c := range b.retained.recent {
+			if !c.inFile {
+				return false
+			}
+		}
+		return true
+	})
+	b.retained.mu.RLock()
+	kept, floor := len(b.retained.recent), b.retained.floor
+	b.retained.mu.RUnlock()
+	if kept > keep {
+		t.Errorf("%d changes kept for a stalled scan, want at most %d", kept, keep)
+	}
+	if b.retained.scans.Load() != 1 {
+		t.Fatalf("%d scans under way, want the stalled one", b.retained.scans.Load())
+	}
+	if floor == 0 {
+		t.Error("no change forgotten while the scan stalled")
+	}
+
+	c, ack := connectRaw(t, sb.addr, 5, "staller", false, persist)
+	if !ack.SessionPresent {
+		t.Fatal("session not present")
+	}
+	done := func() bool {
+		for i := range n {
+			v := values[scanTopicOf(i)]
+			if len(v) == 0 || (i >= n/2 && v[len(v)-1] != "v2") {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		got(c.expect(packets.Publish))
+	}
+	scansDone(t, b)
+	for {
+		pk, err := c.recv(rawQuiet)
+		if err != nil {
+			break
+		}
+		if pk.FixedHeader.Type == packets.Publish {
+			got(pk)
+		}
+	}
+	for topic, v := range values {
+		for i := 1; i < len(v); i++ {
+			if v[i-1] == "v2" && v[i] != "v2" {
+				t.Errorf("%s: %q after v2", topic, v[i])
+			}
+		}
+	}
+}
