@@ -29,22 +29,7 @@ const (
 // measured is what a packaged gateway would hold. Anonymous clients may
 // claim any user name, as on a LAN with no password file: an attacker
 // can spread its sessions and retained messages over many "users".
-const boundsGatewayYAML = `log:
-  level: info
-storage:
-  path: %STATE%
-broker:
-  allow_anonymous: true
-  sys_interval: 0s
-listeners:
-  - name: mqtt
-    type: tcp
-    address: %ADDR%
-ops:
-  address: %OPS%
-sensors: []
-outputs: []
-`
+var boundsGatewayYAML = plainYAML("")
 
 // TestHostileBounds: hostile clients push persistent sessions, filter
 // bytes and retained messages past the broker's default bounds, from many
