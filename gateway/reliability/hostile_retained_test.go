@@ -40,34 +40,19 @@ const (
 // dropped all but about 127 of them.
 var scanRetained = relrecord.Pick(2000, 20000)
 
-// scanConfig is a gateway with the broker's default budgets. Its
+// retainedScanConfig is a gateway with the broker's default budgets. Its
 // retained store is the one bound raised: the case is a site whose
 // operator sized broker.max_retained_* for its many retained messages
 // (the defaults, 10,000 messages and 16 MiB, 2,500 and 4 MiB per user,
 // would refuse most of them), so that what is measured is the scan of a
 // store that large, not the bound. Anonymous clients share one user, so
-// the per-user bounds are raised as far. %RETAINED% and %RETAINED_BYTES%
-// are filled in by retainedScanConfig.
-const scanConfig = `log:
-  level: info
-storage:
-  path: %STATE%
-broker:
-  allow_anonymous: true
-  sys_interval: 0s
-  max_retained_messages: %RETAINED%
-  max_retained_bytes: %RETAINED_BYTES%
-  max_retained_messages_per_user: %RETAINED%
-  max_retained_bytes_per_user: %RETAINED_BYTES%
-listeners:
-  - name: mqtt
-    type: tcp
-    address: %ADDR%
-ops:
-  address: %OPS%
-sensors: []
-outputs: []
-`
+// the per-user bounds are raised as far.
+func retainedScanConfig() string {
+	// Each message counts its payload, its topic and its properties; the
+	// 100 more are the gateway's own.
+	n, bytes := scanRetained+100, (scanRetained+100)*(scanPayload+128)
+	return plainYAML(fmt.Sprintf("  max_retained_messages: %d\n  max_retained_bytes: %d\n  max_retained_messages_per_user: %d\n  max_retained_bytes_per_user: %d\n", n, bytes, n, bytes))
+}
 
 // TestHostileRetainedScan: scanRetained retained messages of 8 KB are in the
 // state file; a QoS 1 and a QoS 0 subscriber to # read them slowly. Each
@@ -217,16 +202,6 @@ func TestHostileRetainedScan(t *testing.T) {
 		t.Errorf("the gateway's anonymous memory grew %d MB during the scans, over the bound of %d MB: the scans hold messages in memory", grew>>20, scanAnonGrowth>>20)
 	}
 	rec.Add("gateway rss", "%d MB after the scans (g.rss)", g.rss()>>20)
-}
-
-// retainedScanConfig is scanConfig with the retained bounds raised to
-// hold the case's messages: each counts its payload, its topic and the
-// broker's 64 bytes of overhead, well under the 128 allowed here.
-func retainedScanConfig() string {
-	return strings.NewReplacer(
-		"%RETAINED%", strconv.Itoa(scanRetained+100), // and the gateway's own
-		"%RETAINED_BYTES%", strconv.Itoa((scanRetained+100)*(scanPayload+128)),
-	).Replace(scanConfig)
 }
 
 // scanFillWindow is how many of the filler's QoS 1 publishes may await
