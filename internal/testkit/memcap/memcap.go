@@ -136,7 +136,9 @@ func (c *Cap) String() string {
 	if c.v2 {
 		kind = "cgroup v2"
 	}
-	return fmt.Sprintf("%s %s, limit %d bytes", kind, c.dir, c.limit)
+	// Not the directory: it names the machine's own cgroup tree, which
+	// says nothing about the gateway and would end up in reports.
+	return fmt.Sprintf("%s, limit %d bytes", kind, c.limit)
 }
 
 // Add moves process pid into the cgroup. On cgroup v2, and on v1 kernels
