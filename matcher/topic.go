@@ -163,6 +163,21 @@ func SplitShared(filter string) (group, inner string, ok bool) {
 	return rest[:i], rest[i+1:], true
 }
 
+// sysLevel is the first level of the topics a server publishes about
+// itself. MQTT leaves topics beginning with '$' to the server's own
+// purposes (§4.7.2); $SYS is the one servers share.
+const sysLevel = "$SYS"
+
+// IsSys reports whether topic, a topic name or filter, lies in the
+// server's own namespace: $SYS or a level below it. Other topics that
+// begin with '$', such as AWS IoT's $aws/things/... or Azure IoT Hub's
+// $iothub/..., are the clients' to publish, and differ from the rest
+// only in that no filter beginning with a wildcard matches them
+// [MQTT-4.7.2-1].
+func IsSys(topic string) bool {
+	return strings.HasPrefix(topic, sysLevel) && (len(topic) == len(sysLevel) || topic[len(sysLevel)] == '/')
+}
+
 // Matches reports whether a valid, non-shared filter matches a valid topic
 // name. It is the verification every index candidate passes, and the check
 // ACLs and retained lookups use. Between wildcards a filter is a literal run

@@ -237,3 +237,18 @@ func TestSplitShared(t *testing.T) {
 		}
 	}
 }
+
+// TestIsSys: $SYS and the levels below it are the server's; other topics
+// beginning with '$', and topics that only start with the same letters,
+// are not.
+func TestIsSys(t *testing.T) {
+	for topic, want := range map[string]bool{
+		"$SYS": true, "$SYS/": true, "$SYS/broker/uptime": true, "$SYS/#": true,
+		"$SYSTEM/x": false, "$sys/x": false, "$aws/things/t/shadow/update": false, "$iothub/twin/GET/?$rid=1": false,
+		"$": false, "SYS/x": false, "a/$SYS": false, "": false,
+	} {
+		if got := IsSys(topic); got != want {
+			t.Errorf("IsSys(%q) = %v, want %v", topic, got, want)
+		}
+	}
+}
