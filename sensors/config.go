@@ -151,7 +151,9 @@ func checkGateway(k *check.Checker, g Gateway) {
 			// The error quotes the value, shortened if it is long.
 			k.Fail(kv[0], "cannot begin a topic: %v; use levels without wildcards, such as site-7/fieldgate", err)
 		} else if strings.HasPrefix(kv[1], "$") {
-			k.Fail(kv[0], "%q cannot begin a topic: MQTT keeps topics starting with $ for the broker; use one such as site-7/fieldgate", kv[1])
+			// The broker takes $ topics, but subscribers to # and +/...,
+			// Home Assistant among them, never see them [MQTT-4.7.2-1].
+			k.Fail(kv[0], "%q cannot begin the gateway's topics: no filter starting with # or + matches topics starting with $, so subscribers to # would not see them; use one such as site-7/fieldgate", kv[1])
 		}
 	}
 }

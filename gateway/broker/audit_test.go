@@ -200,7 +200,7 @@ func TestAuditReasonStringsFitMaximumPacketSize(t *testing.T) {
 		c, _ := connectRaw(t, tb.Addr, 5, "audit-mps-puback", true, func(pk *packets.Packet) {
 			pk.Properties.MaximumPacketSize = 32
 		})
-		c.send(rawPublish("$denied/"+strings.Repeat("x", 20), "x", 1, false, 1))
+		c.send(rawPublish("$SYS/denied/"+strings.Repeat("x", 15), "x", 1, false, 1))
 		ack := c.expectAck(packets.Puback, 1, rcNotAuthorized)
 		auditFits(t, ack, 32)
 	})

@@ -45,9 +45,9 @@ type Options struct {
 }
 
 // Outbound is offered every message the broker routes, other than its own
-// $ topics, before the publisher is acknowledged: a bridge's outbox takes
-// what it carries upstream into the same storage batch as the publish's
-// other effects, so it is on disk when the PUBACK goes.
+// $SYS topics, before the publisher is acknowledged: a bridge's outbox
+// takes what it carries upstream into the same storage batch as the
+// publish's other effects, so it is on disk when the PUBACK goes.
 type Outbound interface {
 	// Offer queues m when it wants it, adding what must be durable to
 	// batch (nil for a broker without storage), and returns false when m

@@ -263,7 +263,7 @@ func (c *conn) accept(pk *packets.Packet) bool {
 
 	var w *will
 	if cp.WillFlag {
-		if !perms.CanPublish(cp.WillTopic) || strings.HasPrefix(cp.WillTopic, "$") {
+		if !perms.CanPublish(cp.WillTopic) || matcher.IsSys(cp.WillTopic) {
 			c.refuse(pk.ProtocolVersion, rcNotAuthorized, "not authorized to publish the will topic "+cp.WillTopic)
 			return false
 		}

@@ -52,6 +52,10 @@ var ErrClientClosed = errors.New("broker: in-process client closed")
 // reached every other receiver).
 var ErrQueueFull = errors.New("a queue the message must go to is full (a subscriber's, or a bridge's outbox)")
 
+// ErrSysTopic is returned by Publish for a $SYS topic: they are the
+// broker's own.
+var ErrSysTopic = errors.New("$SYS topics are the broker's own; clients may not publish to them")
+
 // Connect opens an in-process client session under clientID, which must
 // not be used by network clients. The session ends when the client closes.
 func (b *Broker) Connect(clientID string) (*Client, error) {
@@ -84,6 +88,9 @@ func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos
 	}
 	if err := matcher.ValidateTopic(topic); err != nil {
 		return fmt.Errorf("broker: publish: %w", err)
+	}
+	if matcher.IsSys(topic) {
+		return fmt.Errorf("broker: publish to %q: %w", topic, ErrSysTopic)
 	}
 	if qos > 2 {
 		return fmt.Errorf("broker: publish to %q: QoS %d; use 0, 1 or 2", topic, qos)

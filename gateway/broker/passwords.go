@@ -2,9 +2,9 @@ package broker
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/fieldgate/fieldgate/gateway/broker/auth"
+	"github.com/fieldgate/fieldgate/matcher"
 )
 
 // PasswordReload is what ReloadPasswords changed: the users by name (never
@@ -62,7 +62,7 @@ func (b *Broker) ReloadPasswords() (PasswordReload, error) {
 // publish to topic under the broker's current ACL, as an MQTT client of
 // that user would be judged, but for rules that use %c: they name a
 // client id, which a caller outside MQTT does not have, so they neither
-// allow nor deny. Clients never publish to $ topics.
+// allow nor deny. Clients never publish to $SYS topics.
 func (b *Broker) CanPublish(user, topic string) bool {
-	return !strings.HasPrefix(topic, "$") && b.acl.Load().CanPublish(user, "", topic)
+	return !matcher.IsSys(topic) && b.acl.Load().CanPublish(user, "", topic)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fieldgate/fieldgate/internal/check"
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
+	"github.com/fieldgate/fieldgate/matcher"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -262,10 +263,11 @@ func (q *retainedBounds) init(c Config) {
 }
 
 // accounted reports whether a retained change of m counts against the
-// bounds: not the broker's own $ topics, and not a change the store does
-// not keep (a stored topic's change without a batch).
+// bounds: not the broker's own $SYS topics, and not a change the store
+// does not keep (a stored topic's change without a batch). Clients' $
+// topics, such as $aws/things/..., count like any other.
 func (r *retainedStore) accounted(m *message, fx *effects) bool {
-	return !strings.HasPrefix(m.topic, "$") && (r.db == nil || fx != nil)
+	return !matcher.IsSys(m.topic) && (r.db == nil || fx != nil)
 }
 
 // putRetained adds m's retained write to bt, with its owner: none for the

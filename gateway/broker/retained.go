@@ -29,7 +29,7 @@ import (
 type retainedStore struct {
 	mu     sync.RWMutex
 	seq    uint64                 // the number of the latest change
-	topics map[string]retainedMsg // $ topics always; every topic without storage
+	topics map[string]retainedMsg // $SYS topics always; every topic without storage
 
 	// recent holds the latest change of each stored topic changed lately,
 	// since the file alone cannot answer a scan: it may not have the
@@ -89,10 +89,10 @@ func (c *recentChange) submit(seq uint64) {
 }
 
 // stored reports whether topic's retained message lives in storage:
-// everything but the broker's own $ topics, which are rewritten every few
-// seconds and not worth an SD card's wear.
+// everything but the broker's own $SYS topics, which are rewritten every
+// few seconds and not worth an SD card's wear.
 func (r *retainedStore) stored(topic string) bool {
-	return r.db != nil && !strings.HasPrefix(topic, "$")
+	return r.db != nil && !matcher.IsSys(topic)
 }
 
 // recentKeep bounds the changes the file has that the retained store

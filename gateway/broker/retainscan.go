@@ -26,7 +26,7 @@ import (
 // Each of those calls pump; one page at a time runs, on whichever
 // goroutine called, and the client's own goroutines pay for its scan.
 //
-// Retained messages held only in memory ($ topics, or all of them without
+// Retained messages held only in memory ($SYS topics, or all of them without
 // a state file), and stored topics whose latest change the file may not
 // have yet, are read at the start into mem: pointers to messages the
 // store holds anyway.
@@ -49,7 +49,7 @@ import (
 // session's list (its slot cleared), and its filter is the subscription's
 // own string, never a slice of the SUBSCRIBE packet, which would keep the
 // packet whole. A scan under way holds its cursor and, until the file
-// part begins, pointers to the messages only memory had at its start ($
+// part begins, pointers to the messages only memory had at its start ($SYS
 // topics and changes not yet in the file); a session has at most one per
 // subscription (broker.max_subscriptions, within its filter bytes), and
 // persistent sessions are bounded too. Pages read from the file are

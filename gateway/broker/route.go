@@ -69,8 +69,10 @@ var routeBufs = sync.Pool{New: func() any { return new(routeBuf) }}
 // With fx, what must be durable before the publisher is acknowledged (the
 // retained change, deliveries to persistent sessions) goes into fx's
 // batch; the caller commits it. Without fx nothing is stored: $SYS.
+// Every topic but $SYS is offered to the Outbounds: a bridge's routes
+// decide, and a filter beginning with a wildcard matches no $ topic.
 func (b *Broker) publish(m *message, from matcher.Handle, fx *effects) int {
-	if fx != nil && !strings.HasPrefix(m.topic, "$") {
+	if fx != nil && !matcher.IsSys(m.topic) {
 		if out := *b.outbound.Load(); len(out) > 0 {
 			b.offer(out, m, from, fx)
 		}

@@ -206,9 +206,9 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 		return failure(rcTopicNameInvalid, "%v", err) // [MQTT-3.3.2-1] [MQTT-3.3.2-2]
 	}
 	qos := pk.FixedHeader.Qos
-	// Clients may not publish into the broker's own $ topics, and the ACL
-	// decides the rest.
-	allowed := !strings.HasPrefix(topic, "$") && c.perms.Load().CanPublish(topic)
+	// Clients may not publish into the broker's own $SYS topics, and the
+	// ACL decides the rest, other $ topics included.
+	allowed := !matcher.IsSys(topic) && c.perms.Load().CanPublish(topic)
 	fx := &effects{}
 	pid := pk.PacketID
 

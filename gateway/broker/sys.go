@@ -10,7 +10,11 @@ import (
 
 // publishSys publishes the $SYS/broker/... topics, retained, so that a
 // client subscribing later sees the latest figures at once. Clients cannot
-// publish to $ topics, and # does not match them [MQTT-4.7.2-1].
+// publish to $SYS topics (matcher.IsSys), and # does not match them
+// [MQTT-4.7.2-1]. Other $ topics are the clients': AWS IoT's
+// $aws/things/{thing}/shadow/... and Azure's $iothub/... are published
+// locally for a bridge to carry upstream, stored, retained and counted
+// like any topic.
 func (b *Broker) publishSys(now time.Time) {
 	b.mu.Lock()
 	sessions := len(b.sessions)

@@ -267,7 +267,7 @@ func TestBrokenConfigs(t *testing.T) {
 		{"topic prefix too long", "gateway:\n  topic_prefix: " + strings.Repeat("a", 70000) + "\n",
 			[]wantProblem{{2, "gateway.topic_prefix", "longer than 65535 bytes"}}},
 		{"topic prefix reserved", "gateway:\n  topic_prefix: $SYS\n",
-			[]wantProblem{{2, "gateway.topic_prefix", "starting with $"}}},
+			[]wantProblem{{2, "gateway.topic_prefix", "topics starting with $, so subscribers to # would not see them"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
