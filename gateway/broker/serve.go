@@ -264,6 +264,17 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	m := newMessage(topic, pk.Payload, qos, pk.FixedHeader.Retain, props, time.Now())
 	m.owner = c.user
 	c.b.publish(m, c.s.handle, fx)
+	if qos == 2 && c.v5 && (fx.retainRefused || fx.refused) {
+		// Its PUBREC refuses it, which ends the flow: the identifier's
+		// next PUBLISH is a new message [MQTT-4.3.3-9], after a restart
+		// too, or that message would be taken for a resend and lost.
+		c.s.mu.Lock()
+		delete(c.s.awaitingRel, pid)
+		if c.s.persistent(c.b) {
+			fx.batch.DeleteAwaitingRel(c.clientID, pid)
+		}
+		c.s.mu.Unlock()
+	}
 	if qos == 0 {
 		c.b.commitLazy(fx) // QoS 0 is never fsynced for its own sake
 		return nil

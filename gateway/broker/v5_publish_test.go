@@ -89,6 +89,49 @@ func TestV5PacketIdentifierReuse(t *testing.T) {
 	p.expectAck(packets.Pubcomp, 77, 0x92)
 }
 
+// TestV5RefusedQoS2FreesItsIdentifier: a QoS 2 publish refused in its
+// PUBREC (0x97 here, for the retained bound; delivered, not retained)
+// ends its flow there, so the client's next PUBLISH under that identifier
+// is a new message, delivered, not taken for a resend and lost
+// [MQTT-4.3.3-9]. A persistent session's identifier is free after a
+// restart too.
+func TestV5RefusedQoS2FreesItsIdentifier(t *testing.T) {
+	t.Parallel()
+	sb := newStoredBroker(t, func(o *Options) { o.MaxRetainedPerUser = 1 })
+	sub, _ := connectRaw(t, sb.tb.Addr, 5, "sub", true, nil)
+	sub.subscribe(1, packets.Subscription{Filter: "t/#", Qos: 2})
+	pub, _ := connectRaw(t, sb.tb.Addr, 5, "pub", false, asUser("alice", 3600))
+	got := func(topic, payload string) {
+		t.Helper()
+		sub.ackPublish(sub.expectPublish(topic, payload, 2))
+	}
+	refused := func(topic, payload string, pid uint16) {
+		t.Helper()
+		pub.send(rawPublish(topic, payload, 2, true, pid))
+		pub.expectAck(packets.Pubrec, pid, rcQuotaExceeded)
+		got(topic, payload)
+	}
+
+	pub.publish(rawPublish("t/1", "a", 2, true, 1)) // alice's one retained message
+	got("t/1", "a")
+	refused("t/2", "b", 2)
+	pub.publish(rawPublish("t/3", "c", 2, false, 2)) // identifier 2 again: a new message
+	got("t/3", "c")
+	refused("t/4", "d", 3)
+	pub.close()
+	sub.close()
+
+	sb.restart()
+	sub, _ = connectRaw(t, sb.tb.Addr, 5, "sub", true, nil)
+	sub.subscribe(1, packets.Subscription{Filter: "t/5", Qos: 2}) // not t/1's retained message
+	pub, ack := connectRaw(t, sb.tb.Addr, 5, "pub", false, asUser("alice", 3600))
+	if !ack.SessionPresent {
+		t.Fatal("the publisher's session did not survive the restart")
+	}
+	pub.publish(rawPublish("t/5", "e", 2, false, 3)) // refused before the restart: free
+	got("t/5", "e")
+}
+
 func TestV5OutboundQoS2Flow(t *testing.T) {
 	t.Parallel()
 	tb := startBroker(t, nil)
