@@ -465,8 +465,18 @@ func (g *gw) status() {
 // bridgeOutbound adapts a bridge to the broker's Outbound.
 type bridgeOutbound struct{ *bridge.Bridge }
 
-func (o bridgeOutbound) Offer(m *broker.Offered, batch *storage.Batch) bool {
-	return o.Bridge.Offer(m.Topic, m.Payload, m.Retain, m.From, batch)
+// Offer turns the bridge's refusals into the broker's: a topic the
+// upstream's rules refuse (0x90 to an MQTT 5 publisher), or a full alarm
+// outbox (0x97).
+func (o bridgeOutbound) Offer(m *broker.Offered, batch *storage.Batch) error {
+	switch err := o.Bridge.Offer(m.Topic, m.Payload, m.Retain, m.From, batch); {
+	case err == nil:
+		return nil
+	case errors.Is(err, bridge.ErrTopicRules):
+		return fmt.Errorf("%w: %w", broker.ErrTopicRefused, err)
+	default:
+		return fmt.Errorf("%w: %w", broker.ErrQueueFull, err)
+	}
 }
 
 // startBridges gives each bridge its in-process client and starts it.

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -125,15 +126,22 @@ func (b *Bridge) Name() string { return b.name }
 // messages as: what that client publishes is never offered back out.
 func (b *Bridge) LocalID() string { return "fieldgate-bridge-" + b.name }
 
+// ErrOutboxFull is Offer's answer when an alarm route refused a message
+// because the outbox is full.
+var ErrOutboxFull = errors.New("the outbox is full, and an alarm route never drops what it holds")
+
 // Offer queues a routed local message on every out-route it matches,
-// into batch, before the publisher is acknowledged. It returns false when
-// an alarm route refused it because the outbox is full. What the bridge's
-// own client published (messages that came in) is never sent back out.
-func (b *Bridge) Offer(topic string, payload []byte, retain bool, from string, batch *storage.Batch) bool {
+// into batch, before the publisher is acknowledged. It returns nil, or why
+// a route refused the message: a *TopicRuleError (ErrTopicRules) when the
+// topic a route makes breaks the upstream's topic rules, which a retry
+// cannot mend, else ErrOutboxFull when an alarm route found the outbox
+// full. What the bridge's own client published (messages that came in)
+// is never sent back out.
+func (b *Bridge) Offer(topic string, payload []byte, retain bool, from string, batch *storage.Batch) error {
 	if from == b.LocalID() {
-		return true
+		return nil
 	}
-	ok := true
+	var refused error
 	var now time.Time
 	rt := b.rt.Load()
 	for i := range rt.outs {
@@ -146,14 +154,19 @@ func (b *Bridge) Offer(topic string, payload []byte, retain bool, from string, b
 			b.log.Warn("out-route makes no valid topic; not sent", "route", r.index, "topic", topic, "template", r.Topic)
 			continue
 		}
+		if e := r.rules.check(remote); e != nil {
+			b.refuseTopic(r, topic, e)
+			refused = e
+			continue
+		}
 		if now.IsZero() {
 			now = time.Now()
 		}
-		if !b.ob.put(r, remote, payload, retain || r.Retain, batch, now) {
-			ok = false
+		if !b.ob.put(r, remote, payload, retain || r.Retain, batch, now) && refused == nil {
+			refused = ErrOutboxFull
 		}
 	}
-	return ok
+	return refused
 }
 
 // Stats is a bridge's link and outbox, for metrics and the status page.

@@ -44,8 +44,15 @@ type site struct {
 // outbound adapts a Bridge to the broker, as the gateway does.
 type outbound struct{ *Bridge }
 
-func (o outbound) Offer(m *broker.Offered, batch *storage.Batch) bool {
-	return o.Bridge.Offer(m.Topic, m.Payload, m.Retain, m.From, batch)
+func (o outbound) Offer(m *broker.Offered, batch *storage.Batch) error {
+	switch err := o.Bridge.Offer(m.Topic, m.Payload, m.Retain, m.From, batch); {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrTopicRules):
+		return broker.ErrTopicRefused
+	default:
+		return broker.ErrQueueFull
+	}
 }
 
 // newSite starts a site whose one bridge is configured by bridgeYAML (the

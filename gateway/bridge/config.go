@@ -42,6 +42,10 @@ type Config struct {
 	MaxOutboxAge   time.Duration `yaml:"max_outbox_age"`   // older telemetry and state messages are dropped
 	Out            []OutRoute    `yaml:"out"`
 	In             []InRoute     `yaml:"in"`
+
+	// TopicRules are the upstream's limits on topics: an out-route's
+	// topic that breaks them is refused before the outbox (topicrules.go).
+	TopicRules TopicRules `yaml:"topic_rules"`
 }
 
 // SetDefaults fills a bridge with the values of the keys a file leaves
@@ -162,6 +166,7 @@ func (c Config) check(k *check.Checker, p string, names map[string]string) {
 	if len(c.Out) == 0 && len(c.In) == 0 {
 		k.Fail(p, "has no routes; add out: or in: routes")
 	}
+	c.TopicRules.check(k, p, c.Out)
 	for j, r := range c.Out {
 		rp := fmt.Sprintf("%s.out[%d]", p, j)
 		checkRouteFilter(k, rp+".filter", r.Filter)
@@ -176,6 +181,7 @@ func (c Config) check(k *check.Checker, p string, names map[string]string) {
 		rp := fmt.Sprintf("%s.in[%d]", p, j)
 		checkRouteFilter(k, rp+".filter", r.Filter)
 		checkTemplate(k, rp+".topic", r.Topic)
+		checkNotSys(k, rp+".topic", r.Filter, r.Topic)
 		k.IntRange(rp+".qos", r.QoS, 0, 2, "1")
 	}
 }
@@ -206,5 +212,25 @@ func checkTemplate(k *check.Checker, path, t string) {
 	}
 	if err := matcher.ValidateTopic(tp.standIn("x")); err != nil {
 		k.Fail(path, "%q does not make a valid topic: %v", t, err)
+	}
+}
+
+// checkNotSys refuses an in-route whose local topics are $SYS topics,
+// which belong to the broker: the template made from a topic its filter
+// receives, with x for each wildcard and {device}.
+func checkNotSys(k *check.Checker, path, filter, t string) {
+	tp, err := compileTemplate(t, "x")
+	if err != nil {
+		return // reported by checkTemplate
+	}
+	_, inner, _ := matcher.SplitShared(strings.ReplaceAll(filter, "{device}", "x"))
+	levels := strings.Split(inner, "/")
+	for i, lv := range levels {
+		if lv == "+" || lv == "#" {
+			levels[i] = "x"
+		}
+	}
+	if local, ok := tp.render(strings.Join(levels, "/")); ok && matcher.IsSys(local) {
+		k.Fail(path, "%q makes $SYS topics such as %s, which are the broker's own; map them elsewhere, such as cloud/{topic}", t, local)
 	}
 }

@@ -13,16 +13,24 @@ import (
 // tests), checks it, and returns its first bridge.
 func parseBridge(t testing.TB, doc string) Config {
 	t.Helper()
+	bridges, ps := checkBridges(t, doc)
+	if len(ps) > 0 {
+		t.Fatalf("the bridges do not pass their check: %+v", ps)
+	}
+	return bridges[0]
+}
+
+// checkBridges decodes doc, a bridges: list, and returns the bridges and
+// the problems their check reports.
+func checkBridges(t testing.TB, doc string) ([]Config, []check.Problem) {
+	t.Helper()
 	var file struct {
 		Bridges []Config `yaml:"bridges"`
 	}
 	configtest.Decode(t, doc, &file)
 	k := check.New(nil, false)
 	Check(k, file.Bridges)
-	if ps := k.Problems(); len(ps) > 0 {
-		t.Fatalf("the bridges do not pass their check: %+v", ps)
-	}
-	return file.Bridges[0]
+	return file.Bridges, k.Problems()
 }
 
 // TestTemplateRulesAreTheCompilers: the configuration check refuses

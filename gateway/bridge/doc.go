@@ -16,6 +16,10 @@
 //   - A full outbox drops its oldest telemetry, refuses new alarms (0x97 to
 //     an MQTT 5 publisher) and never drops one, and keeps only the latest
 //     message per topic of a state route; every drop is counted by reason.
+//   - A topic an out-route makes that breaks the upstream's topic rules
+//     (topic_rules) is refused before the outbox, never queued, so it
+//     cannot block the uplink; an MQTT 5 publisher is told (0x90), and
+//     every refusal is counted and logged, at most once a minute per topic.
 //   - A link that goes quiet (no PINGRESP or acknowledgement within
 //     ack_timeout) is replaced; reconnects back off exponentially with
 //     full jitter.

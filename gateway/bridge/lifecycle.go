@@ -136,6 +136,7 @@ func sameLink(a, b Config) bool {
 	a.MaxOutboxBytes, b.MaxOutboxBytes = 0, 0
 	a.MaxOutboxAge, b.MaxOutboxAge = 0, 0
 	a.Rate, b.Rate = 0, 0
+	a.TopicRules, b.TopicRules = TopicRules{}, TopicRules{}
 	return reflect.DeepEqual(a, b)
 }
 

@@ -140,6 +140,7 @@ type outRoute struct {
 	index  int
 	filter string // with {device} replaced
 	topic  template
+	rules  *topicRules // the bridge's, shared by its out-routes; nil: none
 }
 
 // inRoute is a compiled in-route.
@@ -192,12 +193,13 @@ func subIDFor(filter string, taken map[int]bool) int {
 // filters their subscription identifiers.
 func compileRoutes(c Config, device string) ([]outRoute, []inRoute, error) {
 	outs := make([]outRoute, len(c.Out))
+	rules := c.TopicRules.compile()
 	for i, r := range c.Out {
 		tp, err := compileTemplate(r.Topic, device)
 		if err != nil {
 			return nil, nil, fmt.Errorf("bridge %s: out[%d].topic: %w", c.Name, i, err)
 		}
-		outs[i] = outRoute{OutRoute: r, index: i, filter: strings.ReplaceAll(r.Filter, "{device}", device), topic: tp}
+		outs[i] = outRoute{OutRoute: r, index: i, filter: strings.ReplaceAll(r.Filter, "{device}", device), topic: tp, rules: rules}
 	}
 	ins := make([]inRoute, len(c.In))
 	for i, r := range c.In {

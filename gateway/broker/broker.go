@@ -50,10 +50,12 @@ type Options struct {
 // publish's other effects, so it is on disk when the PUBACK goes.
 type Outbound interface {
 	// Offer queues m when it wants it, adding what must be durable to
-	// batch (nil for a broker without storage), and returns false when m
-	// must be refused because a queue that never drops is full. It runs
-	// on the publisher's goroutine and must not block.
-	Offer(m *Offered, batch *storage.Batch) bool
+	// batch (nil for a broker without storage). It returns nil, or why m
+	// must be refused: an error wrapping ErrQueueFull when a queue that
+	// never drops is full, or ErrTopicRefused when the topic breaks the
+	// rules of where the Outbound would send it. Local subscribers get m
+	// either way. It runs on the publisher's goroutine and must not block.
+	Offer(m *Offered, batch *storage.Batch) error
 }
 
 // Offered is a routed message as an Outbound sees it. Payload is shared

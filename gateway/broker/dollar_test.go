@@ -8,6 +8,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fieldgate/fieldgate/storage"
 )
 
 // Topics beginning with '$': only $SYS is the broker's. The others are
@@ -166,4 +168,63 @@ func describeAll(pks []*packets.Packet) []string {
 		out = append(out, rawDescribe(pk))
 	}
 	return out
+}
+
+// topicRefuser is an Outbound that refuses topics holding a space, as a
+// bridge to NATS does.
+type topicRefuser struct{}
+
+func (topicRefuser) Offer(m *Offered, _ *storage.Batch) error {
+	for i := range len(m.Topic) {
+		if m.Topic[i] == ' ' {
+			return ErrTopicRefused
+		}
+	}
+	return nil
+}
+
+// TestOutboundTopicRefused: a topic an Outbound refuses still reaches
+// local subscribers; an MQTT 5 QoS 1/2 publisher is told with 0x90, and
+// the refused QoS 2 flow ends at its PUBREC, so that the same packet
+// identifier then carries a new message [MQTT-4.3.3-9]; a 3.1.1
+// publisher, which has no code for it, is acknowledged; an in-process
+// QoS 1 publisher gets ErrTopicRefused.
+func TestOutboundTopicRefused(t *testing.T) {
+	t.Parallel()
+	tb := startBroker(t, func(o *Options) { o.Outbound = []Outbound{topicRefuser{}} })
+	sub, _ := connectRaw(t, tb.Addr, 5, "sub", true, nil)
+	sub.subscribe(1, packets.Subscription{Filter: "site/#", Qos: 2})
+
+	v5, _ := connectRaw(t, tb.Addr, 5, "v5", true, nil)
+	v5.send(rawPublish("site/bad topic", "a", 1, false, 1))
+	if ack := v5.expectAck(packets.Puback, 1, rcTopicNameInvalid); ack.Properties.ReasonString == "" {
+		t.Error("PUBACK 0x90 without a reason string")
+	}
+	sub.ackPublish(sub.expectPublish("site/bad topic", "a", 1))
+	v5.send(rawPublish("site/bad topic", "b", 2, false, 2))
+	v5.expectAck(packets.Pubrec, 2, rcTopicNameInvalid)
+	sub.ackPublish(sub.expectPublish("site/bad topic", "b", 2))
+	v5.publish(rawPublish("site/good", "c", 2, false, 2)) // identifier 2 again: a new message
+	sub.ackPublish(sub.expectPublish("site/good", "c", 2))
+
+	v3, _ := connectRaw(t, tb.Addr, 4, "v3", true, nil)
+	v3.publish(rawPublish("site/bad topic", "d", 1, false, 1))
+	sub.ackPublish(sub.expectPublish("site/bad topic", "d", 1))
+
+	cl, err := tb.Connect("in-process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Publish(context.Background(), "site/bad topic", []byte("e"), 1, false); !errors.Is(err, ErrTopicRefused) {
+		t.Errorf("in-process QoS 1: %v, want ErrTopicRefused", err)
+	}
+	sub.ackPublish(sub.expectPublish("site/bad topic", "e", 1))
+	if err := cl.Publish(context.Background(), "site/bad topic", []byte("f"), 0, false); err != nil {
+		t.Errorf("in-process QoS 0: %v, want nil: QoS 0 has no answer", err)
+	}
+	sub.expectPublish("site/bad topic", "f", 0)
+	if st := tb.Stats(); st.Refused != 0 {
+		t.Errorf("broker refused count %d: a refused topic is the Outbound's to count, not a full queue", st.Refused)
+	}
 }

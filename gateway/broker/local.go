@@ -52,6 +52,12 @@ var ErrClientClosed = errors.New("broker: in-process client closed")
 // reached every other receiver).
 var ErrQueueFull = errors.New("a queue the message must go to is full (a subscriber's, or a bridge's outbox)")
 
+// ErrTopicRefused is returned by Publish when an Outbound refused the
+// message's topic, as a bridge does for a topic its upstream's topic
+// rules forbid (it reached every local receiver). An Outbound's Offer
+// returns it too.
+var ErrTopicRefused = errors.New("a bridge's upstream does not take this topic (bridges[].topic_rules)")
+
 // ErrSysTopic is returned by Publish for a $SYS topic: they are the
 // broker's own.
 var ErrSysTopic = errors.New("$SYS topics are the broker's own; clients may not publish to them")
@@ -103,11 +109,11 @@ func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos
 	if fx.batch.Empty() && len(fx.release) == 0 {
 		// Nothing to store and nobody waiting on it: the common case of a
 		// reading that only live subscribers get. fx goes back for reuse.
-		refused := fx.refused
-		fx.refused = false
+		err := fx.refusal(qos)
+		fx.refused, fx.topicRefused = false, false
 		effectsPool.Put(fx)
-		if refused && qos > 0 {
-			return fmt.Errorf("broker: publish to %q: %w", topic, ErrQueueFull)
+		if err != nil {
+			return fmt.Errorf("broker: publish to %q: %w", topic, err)
 		}
 		return nil
 	}
@@ -124,8 +130,8 @@ func (cl *Client) Publish(ctx context.Context, topic string, payload []byte, qos
 		if err != nil {
 			return fmt.Errorf("broker: publish to %q not stored: %w", topic, err)
 		}
-		if fx.refused {
-			return fmt.Errorf("broker: publish to %q: %w", topic, ErrQueueFull)
+		if err := fx.refusal(qos); err != nil {
+			return fmt.Errorf("broker: publish to %q: %w", topic, err)
 		}
 		return nil
 	case <-ctx.Done():
@@ -167,6 +173,21 @@ func (cl *Client) Subscribe(filter string, qos byte, h Handler) error {
 		err = fmt.Errorf("broker: subscribe to %q refused with reason 0x%02X", filter, code)
 	}
 	return err
+}
+
+// refusal is what an in-process publisher of QoS qos is told of what fx
+// records: nothing at QoS 0, as a network client is told nothing; a
+// refused topic before a full queue, as serve.go tells an MQTT 5 client.
+func (fx *effects) refusal(qos byte) error {
+	switch {
+	case qos == 0:
+		return nil
+	case fx.topicRefused:
+		return ErrTopicRefused
+	case fx.refused:
+		return ErrQueueFull
+	}
+	return nil
 }
 
 // effectsPool recycles the effects of in-process publishes that stored

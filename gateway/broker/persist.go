@@ -216,6 +216,9 @@ type effects struct {
 	batch   storage.Batch
 	release []*session // sessions with QoS 2 flights waiting for this commit
 	refused bool       // a persistent session's queue policy turned the message away
+	// topicRefused: an Outbound refused the message's topic (a bridge's
+	// upstream topic rules); local subscribers got it all the same.
+	topicRefused bool
 	// retainRefused: the retained store refused the message's retained
 	// change for a bound (quota.go); it was delivered all the same.
 	retainRefused bool

@@ -24,8 +24,8 @@ type routeBuf struct {
 }
 
 // offer hands m to every Outbound; one that refuses it marks the publish
-// refused (0x97 for an MQTT 5 publisher), while local subscribers still
-// get it.
+// refused (0x97 for an MQTT 5 publisher, or 0x90 when its topic is what
+// was refused), while local subscribers still get it.
 func (b *Broker) offer(out []Outbound, m *message, from matcher.Handle, fx *effects) {
 	o := Offered{Topic: m.topic, Payload: m.payload, QoS: m.qos, Retain: m.retain}
 	if from != matcher.NoHandle {
@@ -40,7 +40,11 @@ func (b *Broker) offer(out []Outbound, m *message, from matcher.Handle, fx *effe
 		batch = &fx.batch
 	}
 	for _, ob := range out {
-		if !ob.Offer(&o, batch) {
+		switch err := ob.Offer(&o, batch); {
+		case err == nil:
+		case errors.Is(err, ErrTopicRefused):
+			fx.topicRefused = true
+		default:
 			fx.refused = true
 			b.stats.refused.Add(1)
 		}

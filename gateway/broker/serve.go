@@ -264,7 +264,7 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 	m := newMessage(topic, pk.Payload, qos, pk.FixedHeader.Retain, props, time.Now())
 	m.owner = c.user
 	c.b.publish(m, c.s.handle, fx)
-	if qos == 2 && c.v5 && (fx.retainRefused || fx.refused) {
+	if qos == 2 && c.v5 && (fx.topicRefused || fx.retainRefused || fx.refused) {
 		// Its PUBREC refuses it, which ends the flow: the identifier's
 		// next PUBLISH is a new message [MQTT-4.3.3-9], after a restart
 		// too, or that message would be taken for a resend and lost.
@@ -298,6 +298,10 @@ func (c *conn) onPublish(pk *packets.Packet) error {
 				return nil
 			}
 			return mqttwire.Ack(kind, pid, rcQuotaExceeded, true, c.ackReason("not stored: the gateway's storage failed"))
+		case fx.topicRefused && c.v5:
+			// Told before a full queue: sending it again cannot help. 3.1.1
+			// has no code for it, and closing would only bring it back.
+			return mqttwire.Ack(kind, pid, rcTopicNameInvalid, true, c.ackReason("a bridge's upstream does not take this topic (bridges[].topic_rules); delivered locally, not forwarded"))
 		case fx.retainRefused && c.v5:
 			// 3.1.1 has no code to say it; its publisher is acknowledged.
 			return mqttwire.Ack(kind, pid, rcQuotaExceeded, true, c.ackReason("the retained store is full (broker.max_retained_*); delivered, not retained"))
