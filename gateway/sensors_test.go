@@ -93,10 +93,22 @@ type collector struct {
 	n    map[string]int
 }
 
+// collect connects a real client to addr that keeps what it gets on
+// filters; it disconnects when the test ends.
 func collect(t *testing.T, addr string, filters ...string) (*collector, mqtt.Client) {
+	t.Helper()
+	return collectAs(t, addr, "", "", filters...)
+}
+
+// collectAs is collect, logged in as user with password (neither when
+// user is empty).
+func collectAs(t *testing.T, addr, user, password string, filters ...string) (*collector, mqtt.Client) {
 	t.Helper()
 	col := &collector{last: map[string]mqtt.Message{}, n: map[string]int{}}
 	opts := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("e2e-%d", time.Now().UnixNano())).SetAutoReconnect(false)
+	if user != "" {
+		opts.SetUsername(user).SetPassword(password)
+	}
 	c := mqtt.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(testkit.Scale(5*time.Second)) || tok.Error() != nil {
 		t.Fatalf("connect: %v", tok.Error())
@@ -360,23 +372,38 @@ func readRetained(t *testing.T, path, filter string) map[string]string {
 	return out
 }
 
-// TestREADMEConfigurationParses keeps the README's configuration example
-// true: it must be accepted, sensor drivers and their options included.
-func TestREADMEConfigurationParses(t *testing.T) {
+// readmeYAML returns the yaml blocks of the README's section under the
+// heading "## "+heading, failing the test when it has none.
+func readmeYAML(t *testing.T, heading string) []string {
+	t.Helper()
 	data, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(data), "## Configuration")
+	_, section, ok := strings.Cut(string(data), "\n## "+heading+"\n")
 	if !ok {
-		t.Fatal("README has no Configuration section")
+		t.Fatalf("the README has no section %q", heading)
 	}
-	_, rest, ok = strings.Cut(rest, "```yaml\n")
-	block, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("README's Configuration section has no yaml block")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var blocks []string
+	for {
+		var block string
+		if _, section, ok = strings.Cut(section, "```yaml\n"); !ok {
+			break
+		}
+		block, section, _ = strings.Cut(section, "```")
+		blocks = append(blocks, block)
 	}
-	cfg, err := config.Parse("README.md", []byte(block))
+	if len(blocks) == 0 {
+		t.Fatalf("the README's section %q has no yaml block", heading)
+	}
+	return blocks
+}
+
+// TestREADMEConfigurationParses keeps the README's configuration example
+// true: it must be accepted, sensor drivers and their options included.
+func TestREADMEConfigurationParses(t *testing.T) {
+	cfg, err := config.Parse("README.md", []byte(readmeYAML(t, "Configuration")[0]))
 	if err != nil {
 		t.Fatalf("the README's example configuration is rejected:\n%v", err)
 	}
