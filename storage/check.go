@@ -13,7 +13,8 @@ import (
 // invariants (every record decodes, every subscription, queued message and
 // awaiting identifier belongs to a stored session, in-flight packet
 // identifiers are unique per session, every outbox is a bucket of entries
-// keyed by a sequence from 1, every QoS 2 flight record decodes). It returns every problem found;
+// keyed by a sequence from 1, every QoS 2 flight record and dead letter
+// decodes). It returns every problem found;
 // none means the file is sound.
 func (db *DB) Check() []string {
 	var problems []string
@@ -158,6 +159,7 @@ func (db *DB) Check() []string {
 					return nil
 				})
 			})
+			checkDeadLetters(tx, add)
 			each(bucketUpflight, func(bridge, v []byte) error {
 				if v != nil {
 					add("upflight: key %q is a record, want a bridge's bucket", bridge)
@@ -207,6 +209,14 @@ type OutboxStats struct {
 	Undecodable int // entries left out of OutboxInfo: they do not decode
 }
 
+// DeadLetterStats describes one bridge's dead letters for fieldgate db
+// stats.
+type DeadLetterStats struct {
+	Bridge string
+	DeadLetterInfo
+	Undecodable int // dead letters left out of DeadLetterInfo: they do not decode
+}
+
 // FileStats describes the whole file.
 type FileStats struct {
 	Path      string
@@ -217,6 +227,9 @@ type FileStats struct {
 	Sessions  int
 	Buckets   []BucketStats
 	Outboxes  []OutboxStats // by bridge name
+	// DeadLetters are the bridges' dead letters, by bridge name: those
+	// of every bridge that ever moved one, none or not.
+	DeadLetters []DeadLetterStats
 }
 
 // Stats reads what the file holds, bucket by bucket.
@@ -253,6 +266,15 @@ func (db *DB) Stats() (FileStats, error) {
 							bad := &OutboxDecodeError{}
 							info := summarise(b.Bucket(k), bad)
 							fs.Outboxes = append(fs.Outboxes, OutboxStats{Bridge: string(k), OutboxInfo: info, Undecodable: len(bad.Seqs) + bad.BadKeys})
+						}
+						return nil
+					})
+				case bytes.Equal(name, bucketDeadLetter):
+					_ = b.ForEach(func(k, v []byte) error {
+						if v == nil {
+							bad := &OutboxDecodeError{}
+							info := summariseDead(b.Bucket(k), bad)
+							fs.DeadLetters = append(fs.DeadLetters, DeadLetterStats{Bridge: string(k), DeadLetterInfo: info, Undecodable: len(bad.Seqs) + bad.BadKeys})
 						}
 						return nil
 					})

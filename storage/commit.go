@@ -33,7 +33,7 @@ const (
 	opDelete
 	opDeletePrefix
 	opPatchQueued // rewrite a queue record's packet identifier and flags
-	opOutboxPut   // put into the bucket sub of the outbox bucket, creating it
+	opOutboxPut   // put into the bucket sub of bucket (outbox, upflight, deadletter), creating it
 	opOutboxDelete
 	opOutboxDrop // delete the bucket sub of the outbox bucket
 	opOutboxOpen // create the bucket sub of bucket if it is not there
@@ -229,7 +229,7 @@ func (b *Batch) validate() error {
 				return fmt.Errorf("%w: outbox of a bridge named with %d bytes, bbolt takes 1 to %d", ErrInvalidWrite, len(o.sub), bolt.MaxKeySize)
 			}
 			if o.kind == opOutboxPut && binary.BigEndian.Uint64(o.key) == 0 {
-				return fmt.Errorf("%w: outbox entry of bridge %q with sequence 0; sequences start at 1, and a scan from the start passes 0 by", ErrInvalidWrite, o.sub)
+				return fmt.Errorf("%w: %s record of bridge %q with sequence 0; sequences start at 1, and a scan from the start passes 0 by", ErrInvalidWrite, o.bucket, o.sub)
 			}
 		default:
 			continue // deletes of an impossible key find nothing

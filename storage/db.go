@@ -32,15 +32,16 @@ var (
 	// topic → 'u' and the user name of whoever set its retained message;
 	// none for the gateway's own messages and those of schema 4 and older.
 	bucketRetainedBy = []byte("retainedby")
+	bucketDeadLetter = []byte("deadletter") // bridge name → bucket: dead-letter sequence → dead letter
 
-	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel, bucketOutbox, bucketUpflight, bucketRetainedBy}
+	allBuckets = [][]byte{bucketMeta, bucketRetained, bucketSessions, bucketSubs, bucketQueue, bucketRel, bucketOutbox, bucketUpflight, bucketRetainedBy, bucketDeadLetter}
 
 	keySchema = []byte("schema")
 )
 
 // SchemaVersion is the layout this build writes. Files of older versions
 // are migrated at Open; newer ones are refused.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // Errors Open and the commit functions return.
 var (
@@ -321,6 +322,7 @@ var migrations = map[int]func(*bolt.Tx) error{
 	2: migrate2to3,
 	3: migrate3to4,
 	4: migrate4to5,
+	5: migrate5to6,
 }
 
 // migrate1to2: schema 1 stored retained messages without their MQTT 5
@@ -371,6 +373,15 @@ func migrate3to4(tx *bolt.Tx) error {
 // all retained messages, and towards no user's.
 func migrate4to5(tx *bolt.Tx) error {
 	_, err := tx.CreateBucketIfNotExists(bucketRetainedBy)
+	return err
+}
+
+// migrate5to6: schema 5 had no dead letters; its bridges retried a
+// message the upstream refused for as long as it was queued. An older
+// build refuses the file once it holds schema 6, rather than leave dead
+// letters nobody counts or can retry.
+func migrate5to6(tx *bolt.Tx) error {
+	_, err := tx.CreateBucketIfNotExists(bucketDeadLetter)
 	return err
 }
 

@@ -1,7 +1,8 @@
 // Package storage keeps fieldgate's state in one bbolt file: persistent
 // sessions with their subscriptions, queued and in-flight messages and the
-// QoS 2 packet identifiers awaiting PUBREL, retained messages, and each
-// bridge's outbox of messages waiting to be sent to its cloud broker.
+// QoS 2 packet identifiers awaiting PUBREL, retained messages, each
+// bridge's outbox of messages waiting to be sent to its cloud broker, and
+// its dead letters: the messages the cloud broker kept refusing.
 //
 // The durability contract:
 //

@@ -85,18 +85,23 @@ func (b *Batch) OutboxDrop(bridge string) {
 	b.ops = append(b.ops, op{kind: opOutboxDrop, bucket: bucketOutbox, sub: name})
 }
 
-// OutboxDecodeError reports outbox entries that do not decode; it wraps
-// ErrCorrupt.
+// OutboxDecodeError reports outbox entries, or dead letters, that do not
+// decode; it wraps ErrCorrupt.
 type OutboxDecodeError struct {
 	Bridge  string
-	Seqs    []uint64 // the entries that do not decode, which OutboxDelete removes
+	Seqs    []uint64 // the entries that do not decode, which OutboxDelete (DeadLetterDelete) removes
 	BadKeys int      // keys that are no 8-byte sequence, which only OutboxDrop removes
+	dead    bool     // of the dead letters, not the outbox
 }
 
 // Error names the bridge and the entries, the first few by sequence.
 func (e *OutboxDecodeError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v: outbox of bridge %q:", ErrCorrupt, e.Bridge)
+	what := "outbox"
+	if e.dead {
+		what = "dead letters"
+	}
+	fmt.Fprintf(&b, "%v: %s of bridge %q:", ErrCorrupt, what, e.Bridge)
 	if n := len(e.Seqs); n > 0 {
 		const show = 8
 		fmt.Fprintf(&b, " %d entries do not decode (sequence", n)
@@ -141,10 +146,11 @@ func (e *OutboxDecodeError) note(k []byte) {
 	e.Seqs = append(e.Seqs, binary.BigEndian.Uint64(k))
 }
 
-// outboxBucket returns bridge's outbox bucket, or nil when it has none.
-// A file of an older schema opened read only has no outbox bucket at all.
-func outboxBucket(tx *bolt.Tx, bridge string) *bolt.Bucket {
-	ob := tx.Bucket(bucketOutbox)
+// nestedBucket returns bridge's bucket nested in bucket (its outbox, its
+// dead letters), or nil when it has none. A file of an older schema
+// opened read only may lack bucket itself.
+func nestedBucket(tx *bolt.Tx, bucket []byte, bridge string) *bolt.Bucket {
+	ob := tx.Bucket(bucket)
 	if ob == nil || bridge == "" {
 		return nil
 	}
@@ -173,13 +179,27 @@ const (
 // *OutboxDecodeError, which names them for OutboxDelete.
 func (db *DB) OutboxScan(bridge string, after uint64, max int, fn func(*OutboxEntry) bool) error {
 	bad := &OutboxDecodeError{Bridge: bridge}
+	err := scanSequenced(db, "outbox scan", bucketOutbox, bridge, after, max, bad, decodeOutbox, fn)
+	if err != nil {
+		return fmt.Errorf("storage: outbox of bridge %q: %w", bridge, err)
+	}
+	return bad.orNil()
+}
+
+// scanSequenced is the scan of a bucket of bridge's records keyed by an 8-byte
+// sequence, nested in bucket: OutboxScan's, and the dead letters'. It
+// reads at most outboxScanEntries records, or outboxScanBytes, in one
+// read transaction, and calls fn outside it; records that do not decode
+// are noted in bad and skipped. It returns only a read's error.
+func scanSequenced[T any](db *DB, what string, bucket []byte, bridge string, after uint64, max int, bad *OutboxDecodeError,
+	decode func(seq uint64, v []byte) (T, bool), fn func(*T) bool) error {
 	if after == ^uint64(0) {
 		return nil
 	}
 	seek := binary.BigEndian.AppendUint64(make([]byte, 0, 8), after+1) // where the next read starts
 	skipFirst := false                                                 // whether the key at seek was read already
 	passed := 0
-	var chunk []*OutboxEntry
+	var chunk []*T
 	for {
 		limit := outboxScanEntries
 		if max > 0 {
@@ -187,9 +207,9 @@ func (db *DB) OutboxScan(bridge string, after uint64, max int, fn func(*OutboxEn
 		}
 		chunk = chunk[:0]
 		more := false
-		err := guard("outbox scan", func() error {
+		err := guard(what, func() error {
 			return db.bolt.View(func(tx *bolt.Tx) error {
-				bb := outboxBucket(tx, bridge)
+				bb := nestedBucket(tx, bucket, bridge)
 				if bb == nil {
 					return nil
 				}
@@ -211,7 +231,7 @@ func (db *DB) OutboxScan(bridge string, after uint64, max int, fn func(*OutboxEn
 						bad.note(k)
 						continue
 					}
-					e, ok := decodeOutbox(binary.BigEndian.Uint64(k), v)
+					e, ok := decode(binary.BigEndian.Uint64(k), v)
 					if !ok {
 						bad.note(k)
 						continue
@@ -227,16 +247,16 @@ func (db *DB) OutboxScan(bridge string, after uint64, max int, fn func(*OutboxEn
 			})
 		})
 		if err != nil {
-			return fmt.Errorf("storage: outbox of bridge %q: %w", bridge, err)
+			return err
 		}
 		for _, e := range chunk {
 			passed++
 			if !fn(e) || (max > 0 && passed >= max) {
-				return bad.orNil()
+				return nil
 			}
 		}
 		if !more {
-			return bad.orNil()
+			return nil
 		}
 	}
 }
@@ -259,7 +279,7 @@ func (db *DB) OutboxInfo(bridge string) (OutboxInfo, error) {
 	bad := &OutboxDecodeError{Bridge: bridge}
 	err := guard("outbox info", func() error {
 		return db.bolt.View(func(tx *bolt.Tx) error {
-			if bb := outboxBucket(tx, bridge); bb != nil {
+			if bb := nestedBucket(tx, bucketOutbox, bridge); bb != nil {
 				info = summarise(bb, bad)
 			}
 			return nil

@@ -52,6 +52,7 @@ type Bridge struct {
 	rt       atomic.Pointer[routing] // replaced whole by Reconfigure, under shared.mu with relinks
 	flights  *flightTable            // the outbox entries in flight upstream
 	received mqttclient.Received     // inbound QoS 2 identifiers, across reconnects
+	dead     deadLetters             // serialises the moves into and out of the dead letters
 
 	// loop belongs to the run goroutine, and to New before it starts.
 	loop struct {
@@ -189,12 +190,19 @@ type Stats struct {
 	Window       int
 	PeakInflight int    // the most messages seen in flight at once
 	Resumed      uint64 // resent under their packet identifiers after a reconnect with the session present
+	// DeadLetters are the messages the upstream kept refusing, kept
+	// aside in the state file; DeadLetterBytes their size as bounded by
+	// max_dead_letter_bytes.
+	DeadLetters     int
+	DeadLetterBytes int64
+	DeadLettered    uint64 // messages moved to the dead letters since the start
 }
 
 // Stats returns a snapshot of the bridge.
 func (b *Bridge) Stats() Stats {
 	b.ob.mu.Lock()
-	st := Stats{Depth: b.ob.count, Bytes: b.ob.bytes, Dropped: make(map[string]uint64, len(b.ob.dropped)+1)}
+	st := Stats{Depth: b.ob.count, Bytes: b.ob.bytes, Dropped: make(map[string]uint64, len(b.ob.dropped)+1),
+		DeadLetters: b.ob.dead.count, DeadLetterBytes: b.ob.dead.bytes, DeadLettered: b.ob.dead.moved}
 	for k, v := range b.ob.dropped {
 		st.Dropped[k] = v
 	}

@@ -40,8 +40,11 @@ type Config struct {
 	Rate           int           `yaml:"rate"`
 	MaxOutboxBytes int           `yaml:"max_outbox_bytes"` // what the outbox may hold on disk
 	MaxOutboxAge   time.Duration `yaml:"max_outbox_age"`   // older telemetry and state messages are dropped
-	Out            []OutRoute    `yaml:"out"`
-	In             []InRoute     `yaml:"in"`
+	// MaxDeadLetterBytes bounds the messages kept aside because the
+	// upstream kept refusing them; past it the oldest are dropped.
+	MaxDeadLetterBytes int        `yaml:"max_dead_letter_bytes"`
+	Out                []OutRoute `yaml:"out"`
+	In                 []InRoute  `yaml:"in"`
 
 	// TopicRules are the upstream's limits on topics: an out-route's
 	// topic that breaks them is refused before the outbox (topicrules.go).
@@ -65,6 +68,10 @@ func (c *Config) SetDefaults() {
 	c.Rate = 500
 	c.MaxOutboxBytes = 64 << 20
 	c.MaxOutboxAge = 7 * 24 * time.Hour
+	// An eighth of the outbox: room for tens of thousands of refused
+	// sensor readings for someone to look at, while a route whose every
+	// message is refused takes no more of the SD card than that.
+	c.MaxDeadLetterBytes = 8 << 20
 }
 
 // TLS configures TLS to the upstream; with Enabled false the link is plain TCP.
@@ -160,6 +167,7 @@ func (c Config) check(k *check.Checker, p string, names map[string]string) {
 	k.IntRange(p+".max_inflight", c.MaxInflight, 1, mqttwire.MaxTwoByte, "32")
 	k.IntRange(p+".rate", c.Rate, 0, 1<<20, "500, or 0 for unpaced")
 	k.IntRange(p+".max_outbox_bytes", c.MaxOutboxBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "67108864 (64 MiB)")
+	k.IntRange(p+".max_dead_letter_bytes", c.MaxDeadLetterBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "8388608 (8 MiB)")
 	if c.MaxOutboxAge < time.Minute {
 		k.Fail(p+".max_outbox_age", "%s is too short; use 1m or more, such as 168h", c.MaxOutboxAge)
 	}

@@ -20,6 +20,12 @@
 //     (topic_rules) is refused before the outbox, never queued, so it
 //     cannot block the uplink; an MQTT 5 publisher is told (0x90), and
 //     every refusal is counted and logged, at most once a minute per topic.
+//   - A message the upstream keeps refusing is moved to the bridge's dead
+//     letters in the state file, in one batch with its outbox delete, so
+//     that the uplink goes on behind it; dead letters are counted, logged
+//     with their topic and the server's reason, bounded by
+//     max_dead_letter_bytes (the oldest dropped, counted and logged), and
+//     retried or dropped by a person (RetryDeadLetters, DropDeadLetters).
 //   - A link that goes quiet (no PINGRESP or acknowledgement within
 //     ack_timeout) is replaced; reconnects back off exponentially with
 //     full jitter.

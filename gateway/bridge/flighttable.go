@@ -65,6 +65,15 @@ func (t *flightTable) untrack(seq uint64) {
 	t.mu.Unlock()
 }
 
+// received reports whether entry seq is tracked past its PUBREC: the
+// server has it, and what is due is its PUBREL.
+func (t *flightTable) received(seq uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.bySeq[seq]
+	return f != nil && (f.recd || f.released)
+}
+
 // setPID gives f, tracked without a packet identifier (the client picked
 // one as it published), the identifier pid.
 func (t *flightTable) setPID(f *outFlight, pid uint16) {

@@ -109,7 +109,7 @@ func fuzzBridge(tmpl string) Config {
 	return Config{
 		Name: "cloud", Address: "mqtt.example.com:8883", Protocol: "auto",
 		KeepAlive: time.Minute, ReconnectMin: time.Second, ReconnectMax: time.Minute, AckTimeout: 30 * time.Second,
-		MaxInflight: 32, MaxOutboxBytes: 64 << 20, MaxOutboxAge: 168 * time.Hour,
+		MaxInflight: 32, MaxOutboxBytes: 64 << 20, MaxOutboxAge: 168 * time.Hour, MaxDeadLetterBytes: 8 << 20,
 		Out: []OutRoute{{Filter: "fieldgate/#", Topic: tmpl, QoS: 1, Class: ClassTelemetry}},
 	}
 }

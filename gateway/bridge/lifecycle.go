@@ -49,6 +49,9 @@ func New(cfg Config, opts Options) (*Bridge, error) {
 	if err := b.loadFlights(); err != nil {
 		return nil, fmt.Errorf("bridge %s: %w", cfg.Name, err)
 	}
+	if err := b.loadDeadLetters(int64(cfg.MaxDeadLetterBytes)); err != nil {
+		return nil, fmt.Errorf("bridge %s: %w", cfg.Name, err)
+	}
 	return b, nil
 }
 
@@ -100,7 +103,7 @@ func (b *Bridge) Reconfigure(cfg Config) error {
 		return err
 	}
 	old := b.rt.Load()
-	b.ob.configure(int64(cfg.MaxOutboxBytes), cfg.MaxOutboxAge, outs)
+	b.ob.configure(int64(cfg.MaxOutboxBytes), cfg.MaxOutboxAge, int64(cfg.MaxDeadLetterBytes), outs)
 	relink := !sameLink(old.cfg, cfg)
 	var stale []string
 	for _, o := range old.ins {
@@ -135,6 +138,7 @@ func sameLink(a, b Config) bool {
 	a.Out, b.Out = nil, nil
 	a.MaxOutboxBytes, b.MaxOutboxBytes = 0, 0
 	a.MaxOutboxAge, b.MaxOutboxAge = 0, 0
+	a.MaxDeadLetterBytes, b.MaxDeadLetterBytes = 0, 0
 	a.Rate, b.Rate = 0, 0
 	a.TopicRules, b.TopicRules = TopicRules{}, TopicRules{}
 	return reflect.DeepEqual(a, b)

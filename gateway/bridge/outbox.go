@@ -56,6 +56,16 @@ type outbox struct {
 	memory      []memEntry // memory-only QoS 0 messages, oldest first
 	memoryBytes int
 
+	// dead counts the bridge's dead letters (see deadletter.go), which
+	// change only under the bridge's dead.mu as well as mu.
+	dead struct {
+		count int
+		bytes int64
+		next  uint64 // the sequence of the next dead letter
+		max   int64  // max_dead_letter_bytes
+		moved uint64 // moved here since the start
+	}
+
 	wake chan struct{} // capacity 1: something new to send
 }
 
@@ -119,10 +129,10 @@ func newOutbox(db *storage.DB, name string, max int64, ttl time.Duration, routes
 }
 
 // configure applies changed budgets and route classes (a reload).
-func (ob *outbox) configure(max int64, ttl time.Duration, routes []outRoute) {
+func (ob *outbox) configure(max int64, ttl time.Duration, maxDead int64, routes []outRoute) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-	ob.max, ob.ttl = max, ttl
+	ob.max, ob.ttl, ob.dead.max = max, ttl, maxDead
 	ob.alarm = ob.alarm[:0]
 	for _, r := range routes {
 		ob.alarm = append(ob.alarm, r.Class == ClassAlarm)
@@ -144,7 +154,6 @@ func (ob *outbox) put(r *outRoute, remote string, payload []byte, retain bool, b
 	}
 	e := storage.OutboxEntry{Route: uint16(r.index), Added: now.UnixNano(),
 		Msg: storage.Message{Topic: remote, Payload: payload, QoS: byte(r.QoS), Retain: retain}}
-	size := e.Size()
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if r.Class == ClassState {
@@ -154,24 +163,35 @@ func (ob *outbox) put(r *outRoute, remote string, payload []byte, retain bool, b
 			}
 		}
 	}
-	if ob.bytes+int64(size) > ob.max {
-		ob.makeRoom(int64(size), batch)
-	}
-	if ob.bytes+int64(size) > ob.max {
+	if !ob.admit(r, &e, batch) {
 		if r.Class == ClassAlarm {
 			ob.dropped[DropRefused]++
 			return false
 		}
 		ob.dropped[DropFull]++
-		return true
+	}
+	return true
+}
+
+// admit queues e for route r into batch under the next sequence, making
+// room by dropping the oldest droppable entries when the outbox is full;
+// it reports false, queueing nothing, when e does not fit even so. Called
+// with mu held.
+func (ob *outbox) admit(r *outRoute, e *storage.OutboxEntry, batch *storage.Batch) bool {
+	size := e.Size()
+	if ob.bytes+int64(size) > ob.max {
+		ob.makeRoom(int64(size), batch)
+	}
+	if ob.bytes+int64(size) > ob.max {
+		return false
 	}
 	e.Seq = ob.nextSeq
 	ob.nextSeq++
-	batch.OutboxPut(ob.name, &e)
+	batch.OutboxPut(ob.name, e)
 	ob.count++
 	ob.bytes += int64(size)
 	if r.Class == ClassState {
-		ob.state[remote] = stateEntry{seq: e.Seq, size: size}
+		ob.state[e.Msg.Topic] = stateEntry{seq: e.Seq, size: size}
 	}
 	ob.signal()
 	return true

@@ -130,6 +130,11 @@ type Bridge struct {
 	Window       int               // in-flight limit of the current link
 	PeakInflight int
 	Resumed      uint64
+	// DeadLetters are the messages the upstream kept refusing, kept aside
+	// in the state file, and DeadLetterBytes their bytes.
+	DeadLetters     int
+	DeadLetterBytes int64
+	DeadLettered    uint64 // moved to the dead letters since the start
 }
 
 // StorageStats describes the state database.
