@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -122,6 +123,24 @@ func (g *gw) opsSources() ops.Sources {
 		},
 		SetOutput: g.setOutput,
 		Token:     g.cfg.Ops.Token,
+
+		DeadLetters: g.deadLetters,
+		RetryDeadLetters: func(name string, seqs []uint64) (int, error) {
+			br, err := g.bridgeNamed(name)
+			if err != nil {
+				return 0, err
+			}
+			n, err := br.RetryDeadLetters(seqs)
+			return n, opsError(err)
+		},
+		DropDeadLetters: func(name string, seqs []uint64) (int, error) {
+			br, err := g.bridgeNamed(name)
+			if err != nil {
+				return 0, err
+			}
+			n, err := br.DropDeadLetters(seqs)
+			return n, opsError(err)
+		},
 	}
 	if g.cfg.Broker.PasswordFile != "" {
 		// The broker's check: its bounds on bcrypt and on the failures of
@@ -133,6 +152,55 @@ func (g *gw) opsSources() ops.Sources {
 		src.MaySwitch = g.maySwitch
 	}
 	return src
+}
+
+// bridgeNamed returns the running bridge called name, or an error the
+// ops endpoint answers with 404.
+func (g *gw) bridgeNamed(name string) (*bridge.Bridge, error) {
+	_, bs := g.run.get()
+	for _, br := range bs {
+		if br.Name() == name {
+			return br, nil
+		}
+	}
+	return nil, notFound{fmt.Errorf("no bridge is named %q", name)}
+}
+
+// deadLetters shows the ops endpoint a bridge's newest dead letters.
+func (g *gw) deadLetters(name string, limit int) ([]ops.DeadLetter, error) {
+	br, err := g.bridgeNamed(name)
+	if err != nil {
+		return nil, err
+	}
+	list, err := br.DeadLetters(limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ops.DeadLetter, len(list))
+	for i, d := range list {
+		out[i] = ops.DeadLetter{
+			Seq: d.Seq, Topic: d.Entry.Msg.Topic, Reason: d.Reason, At: time.Unix(0, d.At), Failures: d.Failures,
+			QoS: d.Entry.Msg.QoS, Retain: d.Entry.Msg.Retain, Queued: time.Unix(0, d.Entry.Added), Payload: d.Entry.Msg.Payload,
+		}
+	}
+	return out, nil
+}
+
+// notFound is an error the ops endpoint answers with 404, in the words
+// of the part that raised it.
+type notFound struct{ err error }
+
+func (e notFound) Error() string        { return e.err.Error() }
+func (e notFound) Unwrap() error        { return e.err }
+func (e notFound) Is(target error) bool { return target == ops.ErrNotFound }
+
+// opsError marks a bridge's error for a dead letter that does not exist
+// as one the ops endpoint answers with 404.
+func opsError(err error) error {
+	if errors.Is(err, bridge.ErrNoDeadLetter) {
+		return notFound{err}
+	}
+	return err
 }
 
 // setOutput switches an output the way an MQTT command does: a message on

@@ -3,9 +3,11 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +36,8 @@ type fakeGateway struct {
 	calls    []setCall
 	switched chan setCall // receives every SetOutput call, if not nil
 	setErr   error
+	dead     map[string][]DeadLetter // by bridge, oldest first
+	deadErr  error                   // what retry and drop fail with, if not nil
 }
 
 func newFakeGateway() *fakeGateway {
@@ -62,11 +66,54 @@ func newFakeGateway() *fakeGateway {
 			{
 				Name: "cloud", State: "connected", Since: epoch.Add(-30 * time.Minute), Protocol: 5,
 				Depth: 12, Bytes: 3456, OldestAge: 90 * time.Second, Sent: 100, Acked: 95, Inbound: 3,
-				Reconnects: 2, Dropped: map[string]uint64{"full": 4, "expired": 1}, Window: 32,
+				Reconnects: 2, Dropped: map[string]uint64{"full": 4, "expired": 1, "dead_letter_full": 1}, Window: 32,
+				DeadLetters: 4, DeadLetterBytes: 900, DeadLettered: 5,
 			},
 			{Name: "backup", State: "down", Since: epoch.Add(-time.Hour), LastError: "dial tcp 10.0.0.9:8883: connection refused"},
 		},
+		dead: map[string][]DeadLetter{"cloud": {
+			{Seq: 2, Topic: "sites/gw1/old", Reason: "gone", At: epoch.Add(-3 * time.Hour), QoS: 1, Payload: []byte("0")},
+			{Seq: 3, Topic: "sites/gw1/bad topic", Reason: "server closed the link: invalid subject", At: epoch.Add(-2 * time.Hour), Failures: 3, QoS: 1, Payload: []byte("21.5")},
+			{Seq: 7, Topic: "sites/gw1/<b>", Reason: "0x99 payload format invalid", At: epoch.Add(-90 * time.Second), Failures: 3, QoS: 2, Payload: []byte{0xff, 0}},
+			{Seq: 8, Topic: "sites/gw1/x", Reason: "refused", At: epoch.Add(-30 * time.Second), Failures: 3, QoS: 1, Payload: []byte("x")},
+		}},
 	}
+}
+
+// deadLetters is the fake's Sources.DeadLetters: the newest limit.
+func (f *fakeGateway) deadLetters(bridge string, limit int) ([]DeadLetter, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.ContainsFunc(f.bridges, func(b Bridge) bool { return b.Name == bridge }) {
+		return nil, fmt.Errorf("%w: no bridge %q", ErrNotFound, bridge)
+	}
+	list := f.dead[bridge]
+	if limit > 0 && len(list) > limit {
+		list = list[len(list)-limit:]
+	}
+	return slices.Clone(list), nil
+}
+
+// actOnDead is the fake's retry and drop: it takes the dead letters
+// named (none: all) away, after checking every one exists.
+func (f *fakeGateway) actOnDead(bridge string, seqs []uint64) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deadErr != nil {
+		return 0, f.deadErr
+	}
+	list := f.dead[bridge]
+	for _, seq := range seqs {
+		if !slices.ContainsFunc(list, func(d DeadLetter) bool { return d.Seq == seq }) {
+			return 0, fmt.Errorf("%w: bridge %s has no dead letter %d", ErrNotFound, bridge, seq)
+		}
+	}
+	if len(seqs) == 0 {
+		f.dead[bridge] = nil
+		return len(list), nil
+	}
+	f.dead[bridge] = slices.DeleteFunc(list, func(d DeadLetter) bool { return slices.Contains(seqs, d.Seq) })
+	return len(seqs), nil
 }
 
 func (f *fakeGateway) sources() Sources {
@@ -111,7 +158,10 @@ func (f *fakeGateway) sources() Sources {
 			defer f.mu.Unlock()
 			return f.ready, f.why
 		},
-		SetOutput: f.setOutput,
+		SetOutput:        f.setOutput,
+		DeadLetters:      f.deadLetters,
+		RetryDeadLetters: f.actOnDead,
+		DropDeadLetters:  f.actOnDead,
 	}
 }
 

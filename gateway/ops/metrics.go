@@ -315,9 +315,21 @@ func writeBridges(e *exposition, bridges []Bridge) {
 			e.whole(m.name, m.v(b), "bridge", b.Name)
 		}
 	}
-	e.family("fieldgate_bridge_messages_dropped_total", counter, "Outbox messages dropped, by reason.")
+	e.family("fieldgate_bridge_messages_dropped_total", counter, "Outbox messages, and dead letters, dropped, by reason.")
 	for _, b := range bridges {
 		e.byReason("fieldgate_bridge_messages_dropped_total", "bridge", b.Name, b.Dropped)
+	}
+	e.family("fieldgate_bridge_dead_letters", gauge, "Messages the upstream kept refusing, kept aside in the state file until retried or dropped.")
+	for _, b := range bridges {
+		e.count("fieldgate_bridge_dead_letters", int64(b.DeadLetters), "bridge", b.Name)
+	}
+	e.family("fieldgate_bridge_dead_letter_bytes", gauge, "Bytes of the dead letters, as max_dead_letter_bytes counts them.")
+	for _, b := range bridges {
+		e.count("fieldgate_bridge_dead_letter_bytes", b.DeadLetterBytes, "bridge", b.Name)
+	}
+	e.family("fieldgate_bridge_dead_lettered_total", counter, "Messages moved to the dead letters because the upstream kept refusing them.")
+	for _, b := range bridges {
+		e.whole("fieldgate_bridge_dead_lettered_total", b.DeadLettered, "bridge", b.Name)
 	}
 	e.family("fieldgate_bridge_inflight_window", gauge, "Messages the link may have unacknowledged: max_inflight or the upstream's Receive Maximum.")
 	for _, b := range bridges {

@@ -129,6 +129,8 @@ func TestMetricsValues(t *testing.T) {
 		"fieldgate_sensor_failures_total":            dto.MetricType_COUNTER,
 		"fieldgate_bridge_outbox_oldest_age_seconds": dto.MetricType_GAUGE,
 		"fieldgate_bridge_reconnects_total":          dto.MetricType_COUNTER,
+		"fieldgate_bridge_dead_letters":              dto.MetricType_GAUGE,
+		"fieldgate_bridge_dead_lettered_total":       dto.MetricType_COUNTER,
 		"go_goroutines":                              dto.MetricType_GAUGE,
 		"go_gc_cycles_total":                         dto.MetricType_COUNTER,
 	}
@@ -194,6 +196,11 @@ func TestMetricsValues(t *testing.T) {
 		{"fieldgate_bridge_messages_dropped_total", []string{"bridge", "cloud", "reason", "full"}, 4},
 		{"fieldgate_bridge_messages_dropped_total", []string{"bridge", "cloud", "reason", "expired"}, 1},
 		{"fieldgate_bridge_inflight_window", []string{"bridge", "cloud"}, 32},
+		{"fieldgate_bridge_dead_letters", []string{"bridge", "cloud"}, 4},
+		{"fieldgate_bridge_dead_letters", []string{"bridge", "backup"}, 0},
+		{"fieldgate_bridge_dead_letter_bytes", []string{"bridge", "cloud"}, 900},
+		{"fieldgate_bridge_dead_lettered_total", []string{"bridge", "cloud"}, 5},
+		{"fieldgate_bridge_messages_dropped_total", []string{"bridge", "cloud", "reason", "dead_letter_full"}, 1},
 		{"go_info", []string{"version", runtime.Version()}, 1},
 	}
 	for _, tt := range tests {

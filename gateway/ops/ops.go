@@ -41,6 +41,15 @@ type Sources struct {
 	// the output's set topic. nil lets every user switch.
 	MaySwitch func(user, output string) bool
 	Token     string // ops.token: also allowed to switch outputs; "" for none
+	// DeadLetters returns up to limit (<= 0: as many as the bridge
+	// lists at once) of a bridge's newest dead letters, oldest first;
+	// RetryDeadLetters moves those named (none: all) back to its outbox
+	// and DropDeadLetters deletes them, each saying how many. Their
+	// errors wrap ErrNotFound for a bridge or dead letter that does not
+	// exist. nil: the gateway keeps none.
+	DeadLetters      func(bridge string, limit int) ([]DeadLetter, error)
+	RetryDeadLetters func(bridge string, seqs []uint64) (int, error)
+	DropDeadLetters  func(bridge string, seqs []uint64) (int, error)
 }
 
 // Identity names the running gateway.
@@ -160,12 +169,14 @@ const (
 	// maxHeaderBytes fits a browser's headers with basic auth and cookies
 	// for other services on the same host.
 	maxHeaderBytes = 16 << 10
-	// maxFormBytes bounds a switch request's body.
+	// maxFormBytes bounds a switch request's body (a dead-letter
+	// request's is maxSeqFormBytes).
 	maxFormBytes = 4 << 10
 )
 
 // Server is the ops HTTP endpoint: /healthz, /readyz, /metrics, the status
-// page at / and the output switch at /outputs/{name}.
+// page at /, the output switch at /outputs/{name} and the bridges' dead
+// letters at /bridges/{name}/dead-letters.
 type Server struct {
 	addr string
 	cfg  Config // the connection bounds
@@ -314,6 +325,9 @@ func (s *Server) handler() http.Handler {
 	// elsewhere cannot ride on credentials the browser has cached for us.
 	csrf := http.NewCrossOriginProtection()
 	mux.Handle("POST /outputs/{name}", csrf.Handler(http.HandlerFunc(s.switchOutput)))
+	mux.HandleFunc("GET /bridges/{name}/dead-letters", s.listDeadLetters)
+	mux.Handle("POST /bridges/{name}/dead-letters/retry", csrf.Handler(http.HandlerFunc(s.retryDeadLetters)))
+	mux.Handle("POST /bridges/{name}/dead-letters/drop", csrf.Handler(http.HandlerFunc(s.dropDeadLetters)))
 	return mux
 }
 

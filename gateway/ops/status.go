@@ -91,6 +91,15 @@ type bridgeView struct {
 	Bytes, Oldest        string
 	Sent, Acked, Inbound uint64
 	LastError            string
+	DeadLetters          int
+	DeadBytes            string
+	Dead                 []deadView // the newest few
+}
+
+type deadView struct {
+	Seq           uint64
+	Topic, Reason string
+	Age           string
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -155,6 +164,19 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		}
 		if b.Depth > 0 && b.OldestAge > 0 {
 			v.Oldest = formatAge(b.OldestAge) + " old"
+		}
+		if b.DeadLetters > 0 {
+			v.DeadLetters, v.DeadBytes = b.DeadLetters, formatBytes(b.DeadLetterBytes)
+			if s.src.DeadLetters != nil {
+				dead, err := s.src.DeadLetters(b.Name, statusDeadLetters)
+				if err != nil {
+					s.log.Warn("status page: reading dead letters failed", "bridge", b.Name, "err", err)
+				}
+				for i := len(dead) - 1; i >= 0; i-- { // newest first
+					d := dead[i]
+					v.Dead = append(v.Dead, deadView{Seq: d.Seq, Topic: d.Topic, Reason: d.Reason, Age: formatAge(now.Sub(d.At)) + " ago"})
+				}
+			}
 		}
 		p.Bridges = append(p.Bridges, v)
 	}

@@ -50,6 +50,12 @@ func TestStatusPage(t *testing.T) {
 		`<span class="depth">12</span> messages, 3.4 KiB, oldest 1m 30s old`,
 		`<span class="badge bad state">down</span>`,
 		`connection refused`,
+		// dead letters: the count, and the newest few with topic, reason and age, escaped
+		`<span class="dead">4</span> dead letters, 900 B`,
+		`<li data-seq="8"><span class="topic">sites/gw1/x</span> <span class="dim">30s ago</span>`,
+		`<span class="topic">sites/gw1/&lt;b&gt;</span> <span class="dim">1m 30s ago</span><br><span class="err">0x99 payload format invalid</span>`,
+		`<li data-seq="3"><span class="topic">sites/gw1/bad topic</span>`,
+		`retry or drop them with fieldgate db deadletters`,
 		// clients
 		`<td>plc-1</td><td>plc</td><td>default</td><td>192.168.1.20:50000</td><td>5</td>`,
 		`<td>dash</td><td></td><td>ws</td><td>10.0.0.5:4444</td><td>3.1.1</td>`,
@@ -59,6 +65,10 @@ func TestStatusPage(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("the status page lacks %s", want)
 		}
+	}
+	// Only the newest three dead letters, newest first.
+	if strings.Contains(page, `data-seq="2"`) || strings.Index(page, `data-seq="8"`) > strings.Index(page, `data-seq="3"`) {
+		t.Error("the status page shows more than the newest three dead letters, or not newest first")
 	}
 	// The sparklines: the two samples give each good quantity one line.
 	if n := strings.Count(page, "<polyline "); n != 3 {
