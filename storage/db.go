@@ -227,10 +227,23 @@ func boltOpen(path string, timeout time.Duration, readOnly bool) (db *bolt.DB, e
 	case errors.Is(err, ErrCorrupt):
 		return nil, damaged(path, err)
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("storage: %s is locked by another process (is another fieldgate running?)", path)
+		return nil, lockedError{path}
 	}
 	return nil, fmt.Errorf("storage: open %s: %w; if the file is damaged, move it aside to start with an empty state", path, err)
 }
+
+// ErrLocked is what Open and OpenReadOnly wrap when another process, a
+// running gateway, holds the file past the lock timeout.
+var ErrLocked = errors.New("storage: locked by another process")
+
+// lockedError names the file another process holds.
+type lockedError struct{ path string }
+
+func (e lockedError) Error() string {
+	return fmt.Sprintf("storage: %s is locked by another process (is another fieldgate running?)", e.path)
+}
+
+func (e lockedError) Is(target error) bool { return target == ErrLocked }
 
 func damaged(path string, err error) error {
 	return fmt.Errorf("storage: %s is damaged (%v); move it aside to start with an empty state, or check it with fieldgate db check", path, err)

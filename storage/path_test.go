@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOpenPathKinds opens state paths that are not plain files: each is
@@ -87,4 +88,18 @@ func TestOpenPathKinds(t *testing.T) {
 		t.Fatalf("a link to an existing state file: %v", err)
 	}
 	db.Close()
+}
+
+// TestOpenLocked: a file another process (here another DB) holds is
+// refused after the lock timeout with an error that says so and wraps
+// ErrLocked, read only or not.
+func TestOpenLocked(t *testing.T) {
+	db := openTemp(t, Options{})
+	_, err := Open(db.Path(), Options{LockTimeout: 50 * time.Millisecond})
+	errIs(t, err, ErrLocked)
+	if !strings.Contains(err.Error(), db.Path()) || !strings.Contains(err.Error(), "locked by another process") {
+		t.Errorf("error %q does not name the file and the lock", err)
+	}
+	_, err = OpenReadOnly(db.Path())
+	errIs(t, err, ErrLocked)
 }

@@ -11,10 +11,13 @@ import (
 )
 
 // cmdDB runs fieldgate db check|stats: the state file, read only, while
-// the gateway is stopped.
+// the gateway is stopped; and fieldgate db deadletters (deadletters.go).
 func cmdDB(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "deadletters" {
+		return cmdDeadLetters(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != "check" && args[0] != "stats") {
-		fmt.Fprintln(stderr, "usage: fieldgate db check|stats [-config FILE | -path STATE.db]")
+		fmt.Fprintln(stderr, "usage: fieldgate db check|stats [-config FILE | -path STATE.db]\n"+deadLettersUsage)
 		return exitUsage
 	}
 	sub := args[0]
@@ -74,18 +77,29 @@ func cmdDB(args []string, stdout, stderr io.Writer) int {
 	if err := tw.Flush(); err != nil {
 		return exitFail
 	}
-	if len(st.Outboxes) == 0 {
+	if len(st.Outboxes) > 0 {
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "outbox\tentries\tbytes\tsequences\toldest\tundecodable\t")
+		for _, o := range st.Outboxes {
+			oldest := "-"
+			if o.Count > 0 {
+				oldest = time.Unix(0, o.Oldest).UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\t%s\t%d\t\n", o.Bridge, o.Count, o.Bytes, o.FirstSeq, o.LastSeq, oldest, o.Undecodable)
+		}
+		if err := tw.Flush(); err != nil {
+			return exitFail
+		}
+	}
+	if len(st.DeadLetters) == 0 {
 		return 0
 	}
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "outbox\tentries\tbytes\tsequences\toldest\tundecodable\t")
-	for _, o := range st.Outboxes {
-		oldest := "-"
-		if o.Count > 0 {
-			oldest = time.Unix(0, o.Oldest).UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\t%s\t%d\t\n", o.Bridge, o.Count, o.Bytes, o.FirstSeq, o.LastSeq, oldest, o.Undecodable)
+	fmt.Fprintln(tw, "dead letters\tcount\tbytes\tsequences\tundecodable\t")
+	for _, d := range st.DeadLetters {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\t%d\t\n", d.Bridge, d.Count, d.Bytes, d.FirstSeq, d.LastSeq, d.Undecodable)
 	}
 	if err := tw.Flush(); err != nil {
 		return exitFail

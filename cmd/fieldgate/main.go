@@ -77,6 +77,9 @@ commands:
   passwd [-D] FILE USER set USER's password in FILE from stdin, or delete USER
   db check|stats [-config FILE | -path STATE.db]
                         verify the state file, or print what it holds (gateway stopped)
+  db deadletters [list|retry|drop] [-config FILE] [-bridge NAME] [-all | SEQ...]
+                        list the messages a bridge's upstream kept refusing, or retry
+                        or drop them (through the running gateway's ops endpoint)
   sensors scan [-bus N] list the devices answering on I²C bus N (default 1), or sim
   version               print version, commit, Go version and target
   help                  print this text
