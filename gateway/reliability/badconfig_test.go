@@ -242,6 +242,8 @@ var badconfigCases = []badconfigCase{
 		line: 4, key: "bridges[0].reconnect_min", hint: "use a positive duration, such as 1s"},
 	{name: "bridge outbox budget tiny", yaml: badconfigBridge("    max_outbox_bytes: 1000"),
 		line: 4, key: "bridges[0].max_outbox_bytes", hint: "use 65536 to"},
+	{name: "bridge dead-letter bound tiny", yaml: badconfigBridge("    max_dead_letter_bytes: 1000"),
+		line: 4, key: "bridges[0].max_dead_letter_bytes", hint: "use 65536 to 1099511627776, such as 8388608 (8 MiB)"},
 
 	// YAML itself
 	{name: "syntax: list not closed", yaml: badconfigYAML("log:", "  level: info", "  format: [text", "storage:", "  path: /var/lib/fieldgate/state.db"),
