@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -138,28 +139,8 @@ func (db *DB) Check() []string {
 				}
 				return nil
 			})
-			each(bucketOutbox, func(bridge, v []byte) error {
-				if v != nil {
-					add("outbox: key %q is a record, want a bridge's bucket", bridge)
-					return nil
-				}
-				return tx.Bucket(bucketOutbox).Bucket(bridge).ForEach(func(k, v []byte) error {
-					switch {
-					case v == nil:
-						add("outbox %q: key %q is a bucket, want an entry", bridge, k)
-					case len(k) != 8:
-						add("outbox %q: key %q has no 8-byte sequence", bridge, k)
-					case binary.BigEndian.Uint64(k) == 0:
-						add("outbox %q: entry with sequence 0, which no scan returns", bridge)
-					default:
-						if _, _, _, ok := splitOutbox(v); !ok {
-							add("outbox %q: record of sequence %d does not decode", bridge, binary.BigEndian.Uint64(k))
-						}
-					}
-					return nil
-				})
-			})
-			checkDeadLetters(tx, add)
+			checkSequenced(tx, bucketOutbox, "entry", func(v []byte) bool { _, _, _, ok := splitOutbox(v); return ok }, add)
+			checkSequenced(tx, bucketDeadLetter, "dead letter", func(v []byte) bool { _, ok := decodeDeadLetter(0, v); return ok }, add)
 			each(bucketUpflight, func(bridge, v []byte) error {
 				if v != nil {
 					add("upflight: key %q is a record, want a bridge's bucket", bridge)
@@ -179,6 +160,44 @@ func (db *DB) Check() []string {
 		add("%v", err)
 	}
 	return problems
+}
+
+// checkSequenced checks a bucket of bridges' buckets whose records are
+// keyed by an 8-byte sequence from 1 (the outbox, the dead letters), each
+// record as decodes says; noun names one record in the problems.
+func checkSequenced(tx *bolt.Tx, bucket []byte, noun string, decodes func(v []byte) bool, add func(format string, args ...any)) {
+	bb := tx.Bucket(bucket)
+	if bb == nil {
+		add("bucket %s is missing", bucket)
+		return
+	}
+	_ = bb.ForEach(func(bridge, v []byte) error {
+		if v != nil {
+			add("%s: key %q is a record, want a bridge's bucket", bucket, bridge)
+			return nil
+		}
+		return bb.Bucket(bridge).ForEach(func(k, v []byte) error {
+			switch {
+			case v == nil:
+				add("%s %q: key %q is a bucket, want %s", bucket, bridge, k, article(noun))
+			case len(k) != 8:
+				add("%s %q: key %q has no 8-byte sequence", bucket, bridge, k)
+			case binary.BigEndian.Uint64(k) == 0:
+				add("%s %q: %s with sequence 0, which no scan returns", bucket, bridge, noun)
+			case !decodes(v):
+				add("%s %q: record of sequence %d does not decode", bucket, bridge, binary.BigEndian.Uint64(k))
+			}
+			return nil
+		})
+	})
+}
+
+// article puts a or an before noun.
+func article(noun string) string {
+	if strings.ContainsRune("aeiou", rune(noun[0])) {
+		return "an " + noun
+	}
+	return "a " + noun
 }
 
 // shortKeys shortens long keys in bbolt's check messages.

@@ -222,33 +222,3 @@ func summariseDead(bb *bolt.Bucket, bad *OutboxDecodeError) DeadLetterInfo {
 	}
 	return info
 }
-
-// checkDeadLetters reports what is wrong in the deadletter bucket.
-func checkDeadLetters(tx *bolt.Tx, add func(format string, args ...any)) {
-	db := tx.Bucket(bucketDeadLetter)
-	if db == nil {
-		add("bucket %s is missing", bucketDeadLetter)
-		return
-	}
-	_ = db.ForEach(func(bridge, v []byte) error {
-		if v != nil {
-			add("deadletter: key %q is a record, want a bridge's bucket", bridge)
-			return nil
-		}
-		return db.Bucket(bridge).ForEach(func(k, v []byte) error {
-			switch {
-			case v == nil:
-				add("deadletter %q: key %q is a bucket, want a dead letter", bridge, k)
-			case len(k) != 8:
-				add("deadletter %q: key %q has no 8-byte sequence", bridge, k)
-			case binary.BigEndian.Uint64(k) == 0:
-				add("deadletter %q: dead letter with sequence 0, which no scan returns", bridge)
-			default:
-				if _, ok := decodeDeadLetter(0, v); !ok {
-					add("deadletter %q: record of sequence %d does not decode", bridge, binary.BigEndian.Uint64(k))
-				}
-			}
-			return nil
-		})
-	})
-}

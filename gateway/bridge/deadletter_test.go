@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,31 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
 	"github.com/fieldgate/fieldgate/storage"
 )
-
-// logBuffer is a log a test reads while the bridge writes it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // parked is a bridge on a state file that is never started: its link is
 // down, as when the run goroutine moves an entry to the dead letters.
@@ -43,7 +23,7 @@ type parked struct {
 	path string
 	db   *storage.DB
 	br   *Bridge
-	log  *logBuffer
+	log  *testkit.Buffer
 }
 
 // newParked makes a bridge named cloud of bridgeYAML (one list item's
@@ -57,7 +37,7 @@ func newParked(t *testing.T, bridgeYAML, path string) *parked {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &parked{t: t, path: path, db: db, log: &logBuffer{}}
+	p := &parked{t: t, path: path, db: db, log: &testkit.Buffer{}}
 	cfg := parseBridge(t, "bridges:\n  - name: cloud\n    address: \"127.0.0.1:1\"\n"+bridgeYAML)
 	p.br, err = New(cfg, Options{Device: "gw1", Store: db, Log: slog.New(slog.NewTextHandler(p.log, nil))})
 	if err != nil {

@@ -289,13 +289,19 @@ func writeBridges(e *exposition, bridges []Bridge) {
 			e.float("fieldgate_bridge_state", b2f(st == b.State), "bridge", b.Name, "state", st)
 		}
 	}
-	e.family("fieldgate_bridge_outbox_messages", gauge, "Messages waiting in the outbox.")
-	for _, b := range bridges {
-		e.count("fieldgate_bridge_outbox_messages", int64(b.Depth), "bridge", b.Name)
-	}
-	e.family("fieldgate_bridge_outbox_bytes", gauge, "Bytes waiting in the outbox.")
-	for _, b := range bridges {
-		e.count("fieldgate_bridge_outbox_bytes", b.Bytes, "bridge", b.Name)
+	for _, m := range []struct {
+		name, help string
+		v          func(Bridge) int64
+	}{
+		{"fieldgate_bridge_outbox_messages", "Messages waiting in the outbox.", func(b Bridge) int64 { return int64(b.Depth) }},
+		{"fieldgate_bridge_outbox_bytes", "Bytes waiting in the outbox.", func(b Bridge) int64 { return b.Bytes }},
+		{"fieldgate_bridge_dead_letters", "Messages the upstream kept refusing, kept aside in the state file until retried or dropped.", func(b Bridge) int64 { return int64(b.DeadLetters) }},
+		{"fieldgate_bridge_dead_letter_bytes", "Bytes of the dead letters, as max_dead_letter_bytes counts them.", func(b Bridge) int64 { return b.DeadLetterBytes }},
+	} {
+		e.family(m.name, gauge, m.help)
+		for _, b := range bridges {
+			e.count(m.name, m.v(b), "bridge", b.Name)
+		}
 	}
 	e.family("fieldgate_bridge_outbox_oldest_age_seconds", gauge, "Age of the oldest message in the outbox; 0 when it is empty.")
 	for _, b := range bridges {
@@ -309,6 +315,7 @@ func writeBridges(e *exposition, bridges []Bridge) {
 		{"fieldgate_bridge_messages_acked_total", "Messages acknowledged by the upstream.", func(b Bridge) uint64 { return b.Acked }},
 		{"fieldgate_bridge_messages_inbound_total", "Upstream messages published locally.", func(b Bridge) uint64 { return b.Inbound }},
 		{"fieldgate_bridge_reconnects_total", "Connections made to the upstream.", func(b Bridge) uint64 { return b.Reconnects }},
+		{"fieldgate_bridge_dead_lettered_total", "Messages moved to the dead letters because the upstream kept refusing them.", func(b Bridge) uint64 { return b.DeadLettered }},
 	} {
 		e.family(m.name, counter, m.help)
 		for _, b := range bridges {
@@ -318,18 +325,6 @@ func writeBridges(e *exposition, bridges []Bridge) {
 	e.family("fieldgate_bridge_messages_dropped_total", counter, "Outbox messages, and dead letters, dropped, by reason.")
 	for _, b := range bridges {
 		e.byReason("fieldgate_bridge_messages_dropped_total", "bridge", b.Name, b.Dropped)
-	}
-	e.family("fieldgate_bridge_dead_letters", gauge, "Messages the upstream kept refusing, kept aside in the state file until retried or dropped.")
-	for _, b := range bridges {
-		e.count("fieldgate_bridge_dead_letters", int64(b.DeadLetters), "bridge", b.Name)
-	}
-	e.family("fieldgate_bridge_dead_letter_bytes", gauge, "Bytes of the dead letters, as max_dead_letter_bytes counts them.")
-	for _, b := range bridges {
-		e.count("fieldgate_bridge_dead_letter_bytes", b.DeadLetterBytes, "bridge", b.Name)
-	}
-	e.family("fieldgate_bridge_dead_lettered_total", counter, "Messages moved to the dead letters because the upstream kept refusing them.")
-	for _, b := range bridges {
-		e.whole("fieldgate_bridge_dead_lettered_total", b.DeadLettered, "bridge", b.Name)
 	}
 	e.family("fieldgate_bridge_inflight_window", gauge, "Messages the link may have unacknowledged: max_inflight or the upstream's Receive Maximum.")
 	for _, b := range bridges {
