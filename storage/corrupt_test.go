@@ -157,6 +157,9 @@ func probe(t *testing.T, path, want string) (out outcome, detail string) {
 		"outbox scan":    db.OutboxScan("cloud", 0, 0, func(*OutboxEntry) bool { return true }),
 		"outbox info":    func() error { _, err := db.OutboxInfo("cloud"); return err }(),
 		"outbox bridges": func() error { _, err := db.OutboxBridges(); return err }(),
+		"dead letters":   db.DeadLetterScan("cloud", 0, 0, func(*DeadLetter) bool { return true }),
+		"dead info":      func() error { _, err := db.DeadLetterInfo("cloud"); return err }(),
+		"dead newest":    func() error { _, err := db.DeadLetterNewest("cloud", 5); return err }(),
 	} {
 		if err == nil {
 			continue

@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -72,7 +73,7 @@ func splitDeadLetter(b []byte) (d DeadLetter, outbox []byte, reason []byte, ok b
 	d.At = int64(binary.BigEndian.Uint64(b[9:]))
 	b = b[17:]
 	n, k := binary.Uvarint(b)
-	if k <= 0 || n > 1<<31 {
+	if k <= 0 || n > math.MaxInt32 { // an int on every platform
 		return d, nil, nil, false
 	}
 	d.Failures = int(n)

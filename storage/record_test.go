@@ -285,6 +285,7 @@ func TestDecodeGarbage(t *testing.T) {
 		decodeQueued(0, b)
 		decodeOutbox(0, b)
 		decodeSession("c", b)
+		decodeDeadLetter(0, b)
 	}
 }
 
@@ -296,6 +297,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(appendMessage(nil, &tc.msg))
 		f.Add(appendQueued(nil, &Queued{PID: 3, Rec: true, Msg: tc.msg}))
 		f.Add(appendOutbox(nil, &OutboxEntry{Route: 1, Added: -5, Msg: tc.msg}))
+		f.Add(appendDeadLetter(nil, &DeadLetter{Reason: "refused: " + tc.msg.Topic, At: 7, Failures: 300, Entry: OutboxEntry{Seq: 9, Route: 2, Msg: tc.msg}}))
 	}
 	for _, tc := range testSessions {
 		f.Add(appendSession(nil, &tc.s))
@@ -323,6 +325,14 @@ func FuzzDecode(f *testing.F) {
 			e2, ok := decodeOutbox(5, appendOutbox(nil, &e))
 			if !ok || e2.Route != e.Route || e2.Added != e.Added || sameMessage(&e2.Msg, &e.Msg) != "" {
 				t.Fatalf("outbox round trip: %+v became %+v", e, e2)
+			}
+		}
+		if d, ok := decodeDeadLetter(5, b); ok {
+			rec := appendDeadLetter(nil, &d)
+			d2, ok := decodeDeadLetter(5, rec)
+			if !ok || len(rec) != deadLetterRecordSize(&d) || d2.Reason != d.Reason || d2.At != d.At || d2.Failures != d.Failures ||
+				d2.Entry.Seq != d.Entry.Seq || d2.Entry.Route != d.Entry.Route || sameMessage(&d2.Entry.Msg, &d.Entry.Msg) != "" {
+				t.Fatalf("dead letter round trip: %+v became %+v", d, d2)
 			}
 		}
 		if s, ok := decodeSession("c", b); ok {

@@ -30,6 +30,8 @@ func fuzzStateFile(f *testing.F) []byte {
 				b.SetRetained(&Message{Topic: fmt.Sprintf("plant/%s/s%d", id, k), Payload: bytes.Repeat([]byte{'r'}, 100), Retain: true})
 			}
 			b.OutboxPut("cloud", &OutboxEntry{Seq: uint64(i + 1), Route: 1, Added: int64(i), Msg: Message{Topic: "up/" + id, Payload: []byte("x"), QoS: 1}})
+			b.DeadLetterPut("cloud", &DeadLetter{Seq: uint64(i + 1), Reason: "refused", At: int64(i), Failures: 3,
+				Entry: OutboxEntry{Seq: uint64(i + 10), Route: 1, Msg: Message{Topic: "up/" + id + " bad", Payload: []byte("y"), QoS: 1}}})
 		})
 	}
 	path := db.Path()
@@ -46,7 +48,8 @@ func fuzzStateFile(f *testing.F) []byte {
 // FuzzStateFile opens arbitrary bytes as the state file, as the gateway
 // does at start after a power cut or a failing SD card, and uses it every
 // way the gateway can: load the sessions, match and get retained
-// messages, scan the outboxes, check and measure it, and commit to it.
+// messages, scan the outboxes and dead letters, check and measure it,
+// and commit to it.
 // Nothing may panic, fault, loop or exhaust memory (which no recover
 // catches, and would end the fuzzer's worker); a file that opens must
 // report a damaged record as an error wrapping ErrCorrupt.
