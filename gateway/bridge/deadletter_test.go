@@ -63,8 +63,8 @@ func (p *parked) queue(topic string, payloads ...string) {
 	p.t.Helper()
 	for _, pl := range payloads {
 		var b storage.Batch
-		if !p.br.Offer(topic, []byte(pl), false, "sensor", &b) {
-			p.t.Fatalf("offer %s %s refused", topic, pl)
+		if err := p.br.Offer(topic, []byte(pl), false, "sensor", &b); err != nil {
+			p.t.Fatalf("offer %s %s refused: %v", topic, pl, err)
 		}
 		if err := p.db.CommitWait(&b); err != nil {
 			p.t.Fatal(err)
