@@ -477,13 +477,30 @@ func (ob *outbox) expire(now time.Time) {
 	}
 }
 
-// oldest returns when the oldest queued entry was added, or zero.
+// oldest returns when the oldest queued entry was added, or zero when
+// nothing is queued. Acknowledged and dropped entries stay on disk until
+// their lazy delete lands, a second or so: they are known gone and passed
+// over, so that an empty outbox does not report the age of what it sent.
 func (ob *outbox) oldest() time.Time {
 	var t time.Time
 	if ob.db == nil {
 		return t
 	}
-	_ = ob.db.OutboxScan(ob.name, 0, 1, func(e *storage.OutboxEntry) bool {
+	ob.mu.Lock()
+	empty := ob.count == 0
+	ob.mu.Unlock()
+	if empty {
+		return t
+	}
+	_ = ob.db.OutboxScan(ob.name, 0, 0, func(e *storage.OutboxEntry) bool {
+		// The lock is taken per entry, not for the scan: a scan through
+		// a burst's pending deletes must not hold up the publishers.
+		ob.mu.Lock()
+		_, gone := ob.gone[e.Seq]
+		ob.mu.Unlock()
+		if gone {
+			return true
+		}
 		t = time.Unix(0, e.Added)
 		return false
 	})
