@@ -216,46 +216,95 @@ func (b *Bridge) subscribe(ctx context.Context, c *mqttclient.Client) error {
 	return nil
 }
 
+// The send loop's timings. It sleeps until an event asks for a turn (an
+// entry queued, an acknowledgement, a PUBREC, the link's end); these are
+// the timers armed while work waits on time instead, and the one tick of
+// an idle link.
+const (
+	// aliveEvery is how often an idle loop tells the watchdog it is
+	// alive: Options.Alive asks for once a second, and nothing else ticks
+	// while there is no work.
+	aliveEvery = time.Second
+	// retryEvery is how soon the loop reads again for entries it was told
+	// of that are not on disk yet: the publish that made them is still
+	// committing (milliseconds on an SD card) or rides a lazy commit
+	// (within a second). It is also the shortest wait for the pace's
+	// tokens: at 500 a second, ten messages a turn rather than one a turn
+	// every 2 ms.
+	retryEvery = 20 * time.Millisecond
+	// staleRetryEvery replaces retryEvery once an entry has been awaited
+	// for gapWait: it belonged to a batch that failed, and looking for it
+	// more often than the watchdog's tick would be an idle loop's cost.
+	staleRetryEvery = time.Second
+	// flushEvery is the longest acknowledged entries wait for their
+	// delete when fewer than deleteBatch came: the delete is lazy anyway,
+	// and a short wait gathers the acknowledgements of one window.
+	flushEvery = 20 * time.Millisecond
+)
+
 // send hands outbox entries to the link within its window and the pace,
 // until the link ends or ctx is done.
 func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
 	pace := newPacer(b.rt.Load().cfg.Rate, max(c.Window(), 1))
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
+	beat := time.NewTicker(aliveEvery)
+	defer beat.Stop()
+	soon := time.NewTimer(time.Hour) // armed only while work waits on time
+	soon.Stop()
+	defer soon.Stop()
+	var unreadable, flushAt time.Time
+	b.alive()
 	for {
 		for _, m := range b.ob.takeMemory() {
 			_, _ = c.Publish(&mqttclient.Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
 		}
+		now := time.Now()
+		var due time.Time
 		// A record failed lately: nothing QoS 2 may go without one.
-		held := time.Now().Before(b.loop.recordHold)
-		if !held {
+		held := now.Before(b.loop.recordHold)
+		if held {
+			due = b.loop.recordHold
+		} else {
 			b.release(c)
 		}
 		// Entries are read from the file in runs: with a full window
 		// waiting for a quarter of it to free up costs a little latency
-		// and saves a read transaction per acknowledgement.
+		// and saves a read transaction per acknowledgement. A window
+		// that frees up says so with the acknowledgement's wake-up.
 		if free, in := c.Window()-c.Inflight(), c.Inflight(); !held && free > 0 && (in == 0 || free >= max(1, c.Window()/4)) && b.ob.pending() {
-			if n := pace.take(min(free, 64)); n > 0 {
+			n := pace.take(min(free, 64))
+			if n == 0 {
+				due = earliest(due, now.Add(max(pace.wait(), retryEvery)))
+			} else {
 				entries := b.ob.next(n)
-				pids, ready := b.prepare(c, entries)
-				for i := range entries {
-					if i < ready {
-						if err := b.send1(c, &entries[i], pids[i], false); err == nil {
-							continue
-						}
+				pace.giveBack(n - len(entries))
+				if len(entries) > 0 || !b.ob.pending() {
+					unreadable = time.Time{}
+				} else {
+					// Told of entries that are not on disk yet.
+					if unreadable.IsZero() {
+						unreadable = now
 					}
-					// The link is going (or its window closed, or a
-					// record failed): this entry and the rest go again
-					// later, under new identifiers.
-					b.unprepare(c, entries[i:], pids[i:])
-					break
+					retry := retryEvery
+					if now.Sub(unreadable) >= gapWait {
+						retry = staleRetryEvery
+					}
+					due = earliest(due, now.Add(retry))
 				}
-				if in := c.Inflight(); in > 0 {
-					b.shared.mu.Lock()
-					b.shared.peak = max(b.shared.peak, in)
-					b.shared.mu.Unlock()
-				}
+				b.sendEntries(c, entries)
 			}
+		}
+		if b.ob.hasDeletes() {
+			if flushAt.IsZero() {
+				flushAt = now.Add(flushEvery)
+			}
+			due = earliest(due, flushAt)
+		} else {
+			flushAt = time.Time{}
+		}
+		if due.IsZero() {
+			soon.Stop()
+		} else {
+			soon.Reset(max(due.Sub(now), 0))
 		}
 		select {
 		case <-ctx.Done():
@@ -265,11 +314,49 @@ func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
 			b.ob.flushDeletes()
 			return
 		case <-b.ob.wake:
-		case <-tick.C:
-			b.ob.flushDeletes()
+		case <-soon.C:
+		case <-beat.C:
 			b.alive()
 		}
+		if !flushAt.IsZero() && !time.Now().Before(flushAt) {
+			b.ob.flushDeletes()
+			flushAt = time.Time{}
+		}
 	}
+}
+
+// sendEntries publishes entries handed out by next, in order; what the
+// link does not take goes back to the outbox.
+func (b *Bridge) sendEntries(c *mqttclient.Client, entries []storage.OutboxEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	pids, ready := b.prepare(c, entries)
+	for i := range entries {
+		if i < ready {
+			if err := b.send1(c, &entries[i], pids[i], false); err == nil {
+				continue
+			}
+		}
+		// The link is going (or its window closed, or a record
+		// failed): this entry and the rest go again later, under new
+		// identifiers.
+		b.unprepare(c, entries[i:], pids[i:])
+		break
+	}
+	if in := c.Inflight(); in > 0 {
+		b.shared.mu.Lock()
+		b.shared.peak = max(b.shared.peak, in)
+		b.shared.mu.Unlock()
+	}
+}
+
+// earliest returns the earlier of a due time (zero: none) and t.
+func earliest(due, t time.Time) time.Time {
+	if due.IsZero() || t.Before(due) {
+		return t
+	}
+	return due
 }
 
 func (b *Bridge) alive() {
@@ -283,7 +370,7 @@ func (b *Bridge) alive() {
 func (b *Bridge) sleep(ctx context.Context, d time.Duration) bool {
 	end := time.NewTimer(d)
 	defer end.Stop()
-	beat := time.NewTicker(time.Second / 2)
+	beat := time.NewTicker(aliveEvery)
 	defer beat.Stop()
 	for {
 		b.alive()
@@ -320,4 +407,19 @@ func (p *pacer) take(want int) int {
 	n := min(want, int(p.tokens))
 	p.tokens -= float64(n)
 	return n
+}
+
+// giveBack returns n tokens that take gave and nothing used.
+func (p *pacer) giveBack(n int) {
+	if p.rate > 0 && n > 0 {
+		p.tokens = min(p.burst, p.tokens+float64(n))
+	}
+}
+
+// wait returns how long until take can give one message.
+func (p *pacer) wait() time.Duration {
+	if p.rate <= 0 || p.tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - p.tokens) / p.rate * float64(time.Second))
 }

@@ -51,6 +51,7 @@ type outbox struct {
 	deletes   []uint64  // acknowledged entries not yet deleted in storage
 	gapSeq    uint64    // the sequence number the sender waits for
 	gapSince  time.Time // since when
+	lastPut   time.Time // when the newest sequence number was given out
 	goneOrder []goneAt  // the same entries, oldest first, for pruning
 
 	memory      []memEntry // memory-only QoS 0 messages, oldest first
@@ -187,6 +188,7 @@ func (ob *outbox) admit(r *outRoute, e *storage.OutboxEntry, batch *storage.Batc
 	}
 	e.Seq = ob.nextSeq
 	ob.nextSeq++
+	ob.lastPut = time.Now()
 	batch.OutboxPut(ob.name, e)
 	ob.count++
 	ob.bytes += int64(size)
@@ -371,6 +373,7 @@ func (ob *outbox) next(n int) []storage.OutboxEntry {
 	defer ob.mu.Unlock()
 	kept := out[:0]
 	expect := ob.sent + 1
+	waiting := false
 	for _, e := range out {
 		if e.Seq < expect {
 			continue // rewound past, or dropped meanwhile
@@ -386,6 +389,7 @@ func (ob *outbox) next(n int) []storage.OutboxEntry {
 				ob.gapSeq, ob.gapSince = expect, now
 			}
 			if now.Sub(ob.gapSince) < gapWait {
+				waiting = true
 				break
 			}
 			ob.dropped["uncommitted"] += e.Seq - expect
@@ -406,6 +410,23 @@ func (ob *outbox) next(n int) []storage.OutboxEntry {
 		ob.sent = e.Seq
 		expect = e.Seq + 1
 		kept = append(kept, e)
+	}
+	if !waiting && len(out) < n {
+		// The scan read to the end. Numbers past it that are known gone
+		// (dropped, acknowledged) will never be read: the cursor passes
+		// them, or the sender would look for them forever. So does it
+		// every number when the newest was given out longer than gapWait
+		// ago: what is not on disk by now never will be.
+		for expect < ob.nextSeq {
+			if _, g := ob.gone[expect]; !g {
+				break
+			}
+			ob.sent = expect
+			expect++
+		}
+		if expect < ob.nextSeq && now.Sub(ob.lastPut) >= gapWait {
+			ob.sent = ob.nextSeq - 1
+		}
 	}
 	return kept
 }
@@ -444,6 +465,13 @@ func (ob *outbox) unsend(seq uint64) {
 		ob.sent = seq - 1
 	}
 	ob.signal()
+}
+
+// hasDeletes reports whether acknowledged entries wait for their delete.
+func (ob *outbox) hasDeletes() bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return len(ob.deletes) > 0
 }
 
 // pending reports whether entries wait behind the cursor.

@@ -53,3 +53,39 @@ func TestOldestSkipsWhatIsGone(t *testing.T) {
 		t.Errorf("oldest %v with nothing queued, want zero (the deletes are still pending)", got)
 	}
 }
+
+// settle waits until every batch submitted to db, lazy ones included, is
+// applied.
+func settle(t *testing.T, db *storage.DB) {
+	t.Helper()
+	done := make(chan error, 1)
+	db.After(func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNextPassesDroppedTail: entries dropped before they were sent, at the
+// end of the outbox, leave nothing pending once their deletes landed, so
+// that the sender does not look for them at every turn.
+func TestNextPassesDroppedTail(t *testing.T) {
+	ob, r, db := newTestOutbox(t)
+	old := time.Now().Add(-2 * time.Hour)
+	var b storage.Batch
+	ob.put(r, "up/1", []byte("1"), false, &b, old)
+	ob.put(r, "up/2", []byte("2"), false, &b, old)
+	if err := db.CommitWait(&b); err != nil {
+		t.Fatal(err)
+	}
+	ob.expire(time.Now()) // older than the hour's TTL: both dropped
+	settle(t, db)
+	if !ob.pending() {
+		t.Fatal("nothing pending before next looked; the test sets up nothing")
+	}
+	if got := ob.next(8); len(got) != 0 {
+		t.Fatalf("next handed %d dropped entries", len(got))
+	}
+	if ob.pending() {
+		t.Error("the dropped entries are still pending after next read past them")
+	}
+}
