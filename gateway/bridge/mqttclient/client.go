@@ -96,7 +96,7 @@ type Client struct {
 	lastSent      time.Time
 	acks          []*ackWait // awaited acknowledgements in the order written, so by deadline
 	acksCompactAt int        // len(acks) at which the writer next drops the answered ones
-	ping          *ackWait   // the PINGREQ in flight, nil when none
+	pings         []pingWait // the PINGREQs in flight, in the order sent
 }
 
 // flight is an outbound QoS 1/2 PUBLISH (or a PUBREL from Release) that
@@ -107,6 +107,13 @@ type flight struct {
 	held bool // PUBREC received, PUBREL held back until ReleaseHeld
 	done func(err error, reason byte)
 	wait *ackWait
+}
+
+// pingWait is a PINGREQ awaiting its PINGRESP: the watchdog's, or one
+// that Ping waits for on got.
+type pingWait struct {
+	wait *ackWait
+	got  chan struct{} // closed on the PINGRESP; nil for the watchdog's
 }
 
 // ctrlWait is a SUBSCRIBE or UNSUBSCRIBE awaiting its acknowledgement.
@@ -278,7 +285,8 @@ func (c *Client) sendFlight(pid uint16, f *flight, b []byte) (uint16, error) {
 
 // Release resends PUBREL for pid, a QoS 2 message that had its PUBREC
 // before a reconnect with a session present (its done error matched
-// ErrReleasePending); done is called as for Publish, on PUBCOMP.
+// ErrReleasePending); done is called as for Publish, on PUBCOMP. A pid
+// taken by Claim is used and given up.
 func (c *Client) Release(pid uint16, done func(err error, reason byte)) error {
 	if pid == 0 {
 		return errors.New("bridge: release: packet id 0")
@@ -291,11 +299,12 @@ func (c *Client) Release(pid uint16, done func(err error, reason byte)) error {
 		c.mu.Unlock()
 		return err
 	}
-	if len(c.flights)+len(c.reserved) >= c.window {
+	if _, ok := c.reserved[pid]; ok {
+		delete(c.reserved, pid) // claimed: its place in the window was taken with it
+	} else if len(c.flights)+len(c.reserved) >= c.window {
 		c.mu.Unlock()
 		return ErrWindowFull
-	}
-	if c.inUseLocked(pid) {
+	} else if c.inUseLocked(pid) {
 		c.mu.Unlock()
 		return fmt.Errorf("bridge: release: packet id %d is still in flight", pid)
 	}
@@ -482,6 +491,32 @@ func (c *Client) sendCtrl(ackKind byte, n int, build func(i int, pid uint16) []b
 		}
 	}
 	return waits, nil
+}
+
+// Ping sends PINGREQ and waits for its PINGRESP: a round trip that shows
+// the server reads this connection and answers on it. It returns the
+// connection's error if the connection ends first, which it does when the
+// answer is later than AckTimeout, or ctx's when ctx ends first.
+func (c *Client) Ping(ctx context.Context) error {
+	pw := pingWait{wait: &ackWait{kind: packets.Pingresp}, got: make(chan struct{})}
+	c.mu.Lock()
+	if err := c.usableLocked(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.pings = append(c.pings, pw)
+	c.mu.Unlock()
+	if !c.q.push(outPacket{b: pingreq, wait: pw.wait}, false) {
+		return c.endErr()
+	}
+	select {
+	case <-pw.got:
+		return nil
+	case <-c.stop:
+		return c.endErr()
+	case <-ctx.Done():
+		return fmt.Errorf("bridge: no PINGRESP: %w", ctx.Err())
+	}
 }
 
 // Close sends DISCONNECT (normal disconnection), closes the connection

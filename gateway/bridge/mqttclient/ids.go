@@ -2,6 +2,7 @@ package mqttclient
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/fieldgate/fieldgate/internal/mqttwire"
@@ -80,6 +81,32 @@ func (c *Client) ReserveID() (uint16, error) {
 	}
 	c.reserved[pid] = struct{}{}
 	return pid, nil
+}
+
+// Claim holds packet identifiers the server may still hold in our session
+// (messages to resend under them later, after a reconnect with the session
+// present), so that no new PUBLISH, SUBSCRIBE or UNSUBSCRIBE takes one
+// meanwhile [MQTT-2.2.1-3]. Each takes a place in the window, as a
+// ReserveID does, even past a full one: Publish with m.PacketID set to it,
+// or Release, uses it; CancelID gives it back.
+func (c *Client) Claim(pids []uint16) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked(); err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if pid == 0 || c.inUseLocked(pid) {
+			return fmt.Errorf("bridge: claim: packet id %d is 0 or in use", pid)
+		}
+	}
+	if c.reserved == nil {
+		c.reserved = map[uint16]struct{}{}
+	}
+	for _, pid := range pids {
+		c.reserved[pid] = struct{}{}
+	}
+	return nil
 }
 
 // CancelID gives back an identifier from ReserveID that no Publish used.

@@ -57,7 +57,7 @@ func (c *Client) teardown() {
 	flights, ctrl := c.flights, c.ctrl
 	c.flights, c.ctrl = map[uint16]*flight{}, map[uint16]*ctrlWait{}
 	c.reserved = nil
-	c.acks, c.ping = nil, nil
+	c.acks, c.pings = nil, nil
 	c.mu.Unlock()
 	for _, it := range c.q.drain() {
 		if it.sent != nil {
@@ -140,10 +140,15 @@ func (c *Client) handle(fh packets.FixedHeader, body []byte) error {
 		w.res <- ctrlResult{reasons: slices.Clone(pk.ReasonCodes)}
 		return nil
 	case packets.Pingresp:
+		// The server answers PINGREQs in order [MQTT-3.12.4-1].
 		c.mu.Lock()
-		if c.ping != nil {
-			c.ping.got = true
-			c.ping = nil
+		if len(c.pings) > 0 {
+			pw := c.pings[0]
+			c.pings = c.pings[1:]
+			pw.wait.got = true
+			if pw.got != nil {
+				close(pw.got)
+			}
 		}
 		c.mu.Unlock()
 		return nil

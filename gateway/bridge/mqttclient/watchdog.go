@@ -77,12 +77,12 @@ func (c *Client) check(now time.Time) (time.Time, error) {
 		}
 		next = w.deadline
 	}
-	if c.keepAlive > 0 && c.ping == nil {
+	if c.keepAlive > 0 && len(c.pings) == 0 {
 		due := c.lastSent.Add(c.keepAlive)
 		if !now.Before(due) {
 			w := &ackWait{kind: packets.Pingresp}
 			if c.q.tryPush(outPacket{b: pingreq, wait: w}) {
-				c.ping = w
+				c.pings = append(c.pings, pingWait{wait: w})
 				due = now.Add(c.keepAlive)
 			} else {
 				due = now.Add(busyRecheck)
