@@ -53,6 +53,10 @@ type Bridge struct {
 	flights  *flightTable            // the outbox entries in flight upstream
 	received mqttclient.Received     // inbound QoS 2 identifiers, across reconnects
 	dead     deadLetters             // serialises the moves into and out of the dead letters
+	// progress counts the acknowledgements of our QoS 1/2 messages from
+	// the upstream (PUBACK, PUBCOMP): a link under which it moved
+	// delivered something.
+	progress atomic.Uint64
 
 	// loop belongs to the run goroutine, and to New before it starts.
 	loop struct {
@@ -61,6 +65,23 @@ type Bridge struct {
 		// sender back until recordHold, and is logged at most once per
 		// recordWarnEvery.
 		recordHold, recordWarned time.Time
+
+		// failing counts the dials and links in a row that delivered
+		// nothing (see health.go), since failingSince; the backoff grows
+		// with it. trouble is the kind of failure the log said last, ""
+		// while the link is healthy.
+		failing      int
+		failingSince time.Time
+		trouble      string
+		// link numbers the links, for the flights sent on each.
+		link uint64
+		// suspect is the outbox entry the last links ended on, strikes
+		// how many links in a row (see suspect.go); 0 and 0: none.
+		suspect uint64
+		strikes int
+		// maxQoS is the highest QoS the current link carries: the
+		// server's Maximum QoS, lowered by what was learned.
+		maxQoS byte
 	}
 
 	// in is the inbound side. Its mu orders delivery: the reader's
@@ -98,6 +119,12 @@ type Bridge struct {
 		heldDrops  uint64
 		peak       int    // the most QoS 1/2 messages seen in flight at once
 		resumed    uint64 // messages resent under their identifiers after a reconnect
+		failing    int    // loop.failing, for Stats
+
+		// learned is what the upstream showed it does not take, kept
+		// for the bridge's life and forgotten when a reload changes the
+		// link's settings (see learned.go).
+		learned learned
 	}
 }
 
@@ -196,6 +223,14 @@ type Stats struct {
 	DeadLetters     int
 	DeadLetterBytes int64
 	DeadLettered    uint64 // messages moved to the dead letters since the start
+	// Failing counts the connection attempts in a row that delivered
+	// nothing (refused, or closed before an acknowledgement came); 0
+	// while the link is healthy.
+	Failing int
+	// QoSLimit is the highest QoS this bridge sends the upstream: 2,
+	// unless the server's Maximum QoS (MQTT 5) or a refused QoS 2 publish
+	// (MQTT 3.1.1) lowered it.
+	QoSLimit byte
 }
 
 // Stats returns a snapshot of the bridge.
@@ -216,6 +251,7 @@ func (b *Bridge) Stats() Stats {
 	st.Protocol = b.shared.info.Version
 	st.Sent, st.Acked, st.Inbound, st.Reconnects = b.shared.sent, b.shared.acked, b.shared.inbound, b.shared.reconnects
 	st.Window, st.PeakInflight, st.Resumed = b.shared.window, b.shared.peak, b.shared.resumed
+	st.Failing, st.QoSLimit = b.shared.failing, b.shared.learned.limit()
 	if b.shared.heldDrops > 0 {
 		st.Dropped["unclaimed"] = b.shared.heldDrops
 	}

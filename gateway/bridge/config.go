@@ -42,14 +42,23 @@ type Config struct {
 	MaxOutboxAge   time.Duration `yaml:"max_outbox_age"`   // older telemetry and state messages are dropped
 	// MaxDeadLetterBytes bounds the messages kept aside because the
 	// upstream kept refusing them; past it the oldest are dropped.
-	MaxDeadLetterBytes int        `yaml:"max_dead_letter_bytes"`
-	Out                []OutRoute `yaml:"out"`
-	In                 []InRoute  `yaml:"in"`
+	MaxDeadLetterBytes int `yaml:"max_dead_letter_bytes"`
+	// DeadLetterAfter is how many links in a row the upstream may end on
+	// one message before it is moved to the dead letters, so that the
+	// messages behind it go on; 0 never moves one.
+	DeadLetterAfter int        `yaml:"dead_letter_after"`
+	Out             []OutRoute `yaml:"out"`
+	In              []InRoute  `yaml:"in"`
 
 	// TopicRules are the upstream's limits on topics: an out-route's
 	// topic that breaks them is refused before the outbox (topicrules.go).
 	TopicRules TopicRules `yaml:"topic_rules"`
 }
+
+// maxDeadLetterAfter bounds dead_letter_after: with the backoff at its
+// two-minute ceiling, a hundred failed links hold the uplink for over three
+// hours, longer than anyone would want a message to block the rest.
+const maxDeadLetterAfter = 100
 
 // SetDefaults fills a bridge with the values of the keys a file leaves
 // out; the configuration file calls it before decoding an item's keys.
@@ -72,6 +81,12 @@ func (c *Config) SetDefaults() {
 	// sensor readings for someone to look at, while a route whose every
 	// message is refused takes no more of the SD card than that.
 	c.MaxDeadLetterBytes = 8 << 20
+	// The first link that ends on a message names it; the second sends it
+	// alone, after a PINGRESP showed the server keeps the link, and sees
+	// the server end the link on it; the third rules out a coincidence.
+	// Each further try holds the uplink back for a longer backoff: three
+	// links take up to 1+2+4 s with the default reconnect_min.
+	c.DeadLetterAfter = 3
 }
 
 // TLS configures TLS to the upstream; with Enabled false the link is plain TCP.
@@ -168,6 +183,9 @@ func (c Config) check(k *check.Checker, p string, names map[string]string) {
 	k.IntRange(p+".rate", c.Rate, 0, 1<<20, "500, or 0 for unpaced")
 	k.IntRange(p+".max_outbox_bytes", c.MaxOutboxBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "67108864 (64 MiB)")
 	k.IntRange(p+".max_dead_letter_bytes", c.MaxDeadLetterBytes, 64<<10, int(min(int64(1)<<40, int64(math.MaxInt))), "8388608 (8 MiB)")
+	if n := c.DeadLetterAfter; n == 1 || n < 0 || n > maxDeadLetterAfter {
+		k.Fail(p+".dead_letter_after", "%d is not allowed; use 2 to %d (the first failure only names a suspect, the second is its own), such as 3, or 0 to never move a message aside", n, maxDeadLetterAfter)
+	}
 	if c.MaxOutboxAge < time.Minute {
 		k.Fail(p+".max_outbox_age", "%s is too short; use 1m or more, such as 168h", c.MaxOutboxAge)
 	}

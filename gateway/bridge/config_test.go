@@ -56,3 +56,27 @@ func TestTemplateRulesAreTheCompilers(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterAfterRange: dead_letter_after is 0 (never) or 2 to 100;
+// 1 would move a message aside on a failure no probe confirmed.
+func TestDeadLetterAfterRange(t *testing.T) {
+	for _, tc := range []struct {
+		n  int
+		ok bool
+	}{{0, true}, {1, false}, {2, true}, {3, true}, {100, true}, {101, false}, {-1, false}} {
+		cfg := parseBridge(t, "bridges:\n  - name: cloud\n    address: mqtt.example.com:8883\n    out:\n      - {filter: \"a/#\"}\n")
+		if cfg.DeadLetterAfter != 3 {
+			t.Fatalf("dead_letter_after defaults to %d, want 3", cfg.DeadLetterAfter)
+		}
+		cfg.DeadLetterAfter = tc.n
+		k := check.New(nil, false)
+		Check(k, []Config{cfg})
+		ps := k.Problems()
+		switch {
+		case tc.ok && len(ps) > 0:
+			t.Errorf("dead_letter_after %d: %+v, want no problem", tc.n, ps)
+		case !tc.ok && (len(ps) != 1 || ps[0].Path != "bridges[0].dead_letter_after" || !strings.Contains(ps[0].Msg, "use 2 to 100")):
+			t.Errorf("dead_letter_after %d: %+v, want one problem naming the key and the range", tc.n, ps)
+		}
+	}
+}

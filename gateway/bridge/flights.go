@@ -79,8 +79,13 @@ func (b *Bridge) entry(seq uint64) (size int, topic string, ok bool) {
 // resume deals with what was in flight on the last link: with the session
 // present upstream it is sent again under its packet identifiers (PUBREL
 // for a QoS 2 message past PUBREC); without, the outbox cursor goes back
-// and it is sent as new. It reports false when the link failed meanwhile.
-func (b *Bridge) resume(c *mqttclient.Client) bool {
+// and it is sent as new. With probe set (the entry the last links ended
+// on, see suspect.go) and the session present, they wait in lk.held,
+// their identifiers claimed: the send loop sends probe's first, alone,
+// once the link has shown it answers, and the others once the probe is
+// through. It reports false when the link failed meanwhile.
+func (b *Bridge) resume(lk *linkRun, probe uint64) bool {
+	c := lk.c
 	flights := b.flights.takeAll()
 	if len(flights) == 0 {
 		return true
@@ -107,6 +112,7 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 	slices.Sort(seqs)
 	entries := make(map[uint64]*storage.OutboxEntry, len(seqs))
 	var batch storage.Batch
+	var released, recorded []*outFlight
 	for _, seq := range seqs {
 		f := flights[seq]
 		e := b.ob.entry(seq)
@@ -122,8 +128,10 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 		switch {
 		case f.recd && !f.released:
 			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Released: true, Stamp: b.flights.nextStamp()})
-		case f.pid != 0 && !f.released && !f.recorded && min(e.Msg.QoS, c.Info().MaxQoS) == 2:
+			released = append(released, f)
+		case f.pid != 0 && !f.released && !f.recorded && b.sendQoS(e.Msg.QoS) == 2:
 			batch.OutboxFlightPut(b.name, &storage.OutboxFlight{Seq: seq, PID: f.pid, Stamp: b.flights.nextStamp()})
+			recorded = append(recorded, f)
 		}
 	}
 	if !batch.Empty() {
@@ -132,14 +140,70 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 			b.flights.restore(flights)
 			return false
 		}
-		for _, f := range flights {
-			f.released = f.released || f.recd
-			f.recorded = f.recorded || f.pid != 0
+		for _, f := range released {
+			f.released = true
+		}
+		for _, f := range recorded {
+			f.recorded = true
 		}
 	}
+	if f := flights[probe]; f != nil && entries[probe] != nil {
+		var now []uint64
+		var claim []uint16
+		held := map[uint64]*outFlight{}
+		for _, seq := range seqs {
+			f := flights[seq]
+			if f.pid == 0 || entries[seq] == nil {
+				now = append(now, seq)
+				continue
+			}
+			held[seq] = f
+			claim = append(claim, f.pid)
+		}
+		if err := c.Claim(claim); err != nil {
+			b.flights.restore(flights)
+			return false
+		}
+		lk.held, seqs = held, now
+	}
+	return b.resend(c, seqs, flights, entries)
+}
+
+// resendHeld sends the flights that wait in lk.held: the probe's alone
+// when it is one of them, the others once the probe is through.
+func (b *Bridge) resendHeld(lk *linkRun) bool {
+	held := lk.held
+	if f := held[lk.probe]; f != nil {
+		delete(held, lk.probe)
+		held = map[uint64]*outFlight{lk.probe: f}
+	} else {
+		lk.held = nil
+	}
+	if len(held) == 0 {
+		return true
+	}
+	seqs := make([]uint64, 0, len(held))
+	entries := make(map[uint64]*storage.OutboxEntry, len(held))
+	for seq := range held {
+		seqs = append(seqs, seq)
+		entries[seq] = b.ob.entry(seq)
+	}
+	slices.Sort(seqs)
+	return b.resend(lk.c, seqs, held, entries)
+}
+
+// resend sends flights seqs of a resumed session again under their
+// packet identifiers, in order: PUBREL for one past PUBREC, the PUBLISH
+// with DUP otherwise; one that never had an identifier goes back to the
+// outbox as new. It reports false, giving the rest back to the flight
+// table, when the link failed meanwhile.
+func (b *Bridge) resend(c *mqttclient.Client, seqs []uint64, flights map[uint64]*outFlight, entries map[uint64]*storage.OutboxEntry) bool {
 	for i, seq := range seqs {
 		f, e := flights[seq], entries[seq]
 		if e == nil {
+			if f.pid != 0 {
+				c.CancelID(f.pid) // a claim nothing will use
+			}
 			continue
 		}
 		var err error
@@ -150,8 +214,9 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 			b.ob.unsend(seq)
 			continue
 		case f.released:
+			f.link = b.loop.link
 			b.flights.track(f)
-			done := b.done(seq, e.Msg.Topic)
+			done := b.done(seq, e.Msg.Topic, 2)
 			err = c.Release(f.pid, func(err error, reason byte) {
 				if reason == packets.ErrPacketIdentifierNotFound.Code {
 					// The server completed it before: the PUBCOMP that
@@ -179,6 +244,10 @@ func (b *Bridge) resume(c *mqttclient.Client) bool {
 	return true
 }
 
+// sendQoS is the QoS an entry queued at q goes at on the current link:
+// no more than the server's Maximum QoS and what was learned allow.
+func (b *Bridge) sendQoS(q byte) byte { return min(q, b.loop.maxQoS) }
+
 // prepare takes packet identifiers for the entries that go out at QoS 2
 // and records them, durably, before any of them is sent. It returns the
 // identifiers (0: the client picks one) and how many entries may go: all
@@ -193,7 +262,7 @@ func (b *Bridge) prepare(c *mqttclient.Client, entries []storage.OutboxEntry) (p
 	var batch storage.Batch
 	for i := range entries {
 		e := &entries[i]
-		if min(e.Msg.QoS, c.Info().MaxQoS) < 2 {
+		if b.sendQoS(e.Msg.QoS) < 2 {
 			continue
 		}
 		pid, err := c.ReserveID()
@@ -247,13 +316,6 @@ func (b *Bridge) recordFailed(msg string, err error) {
 	}
 }
 
-// onPubrec is the client's OnPubrec: the PUBREL for pid waits until the
-// send loop has recorded that the server received the message.
-func (b *Bridge) onPubrec(pid uint16) {
-	b.flights.pubrec(pid)
-	b.ob.signal()
-}
-
 // release records the PUBRECs that came since the last call as released,
 // in one commit, then sends their PUBRELs.
 func (b *Bridge) release(c *mqttclient.Client) {
@@ -281,8 +343,8 @@ func (b *Bridge) release(c *mqttclient.Client) {
 	}
 }
 
-// done is the completion of entry seq upstream.
-func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
+// done is the completion of entry seq upstream, sent at qos.
+func (b *Bridge) done(seq uint64, topic string, qos byte) func(error, byte) {
 	return func(err error, reason byte) {
 		if err != nil {
 			if errors.Is(err, mqttclient.ErrReleasePending) {
@@ -296,8 +358,14 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
 		}
 		b.flights.untrack(seq)
+		if qos > 0 {
+			b.progress.Add(1) // an answer of the server's, not a write of ours
+		}
 		b.shared.mu.Lock()
 		b.shared.acked++
+		if qos == 2 && reason < 0x80 {
+			b.shared.learned.qos2Taken = true
+		}
 		b.shared.mu.Unlock()
 		b.ob.acked(seq, topic, why)
 		b.ob.signal()
@@ -308,10 +376,11 @@ func (b *Bridge) done(seq uint64, topic string) func(error, byte) {
 // dup marks a resend under the identifier it had.
 func (b *Bridge) send1(c *mqttclient.Client, e *storage.OutboxEntry, pid uint16, dup bool) error {
 	seq, topic := e.Seq, e.Msg.Topic
-	m := &mqttclient.Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: e.Msg.QoS, Retain: e.Msg.Retain, PacketID: pid, Dup: dup}
-	f := &outFlight{seq: seq, pid: pid, recorded: pid != 0 && b.opts.Store != nil && min(e.Msg.QoS, c.Info().MaxQoS) == 2}
+	qos := min(b.sendQoS(e.Msg.QoS), c.Info().MaxQoS)
+	m := &mqttclient.Outgoing{Topic: topic, Payload: e.Msg.Payload, QoS: qos, Retain: e.Msg.Retain, PacketID: pid, Dup: dup}
+	f := &outFlight{seq: seq, pid: pid, link: b.loop.link, recorded: pid != 0 && b.opts.Store != nil && qos == 2}
 	b.flights.track(f) // before Publish: its completion may come at once
-	got, err := c.Publish(m, b.done(seq, topic))
+	got, err := c.Publish(m, b.done(seq, topic, qos))
 	switch {
 	case err == nil:
 		b.flights.setPID(f, got)

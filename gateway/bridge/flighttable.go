@@ -28,9 +28,10 @@ type flightTable struct {
 type outFlight struct {
 	seq      uint64
 	pid      uint16
-	recorded bool // QoS 2: its record (pid, not released) is in storage
-	recd     bool // QoS 2: PUBREC came; PUBREL waits until released is recorded
-	released bool // QoS 2: PUBREC came and is recorded; PUBREL is what to resend
+	link     uint64 // the link it was last sent on (loop.link)
+	recorded bool   // QoS 2: its record (pid, not released) is in storage
+	recd     bool   // QoS 2: PUBREC came; PUBREL waits until released is recorded
+	released bool   // QoS 2: PUBREC came and is recorded; PUBREL is what to resend
 }
 
 func newFlightTable() *flightTable {
@@ -185,4 +186,50 @@ func (t *flightTable) markReleased(flights []*outFlight) {
 		f.released = true
 	}
 	t.mu.Unlock()
+}
+
+// has reports whether entry seq is tracked.
+func (t *flightTable) has(seq uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bySeq[seq] != nil
+}
+
+// lowestSentOn returns the lowest entry sent on link, under an
+// identifier, that the server has not acknowledged, not even with a
+// PUBREC: the message the link most likely ended on.
+func (t *flightTable) lowestSentOn(link uint64) (seq uint64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for s, f := range t.bySeq {
+		if f.link == link && f.pid != 0 && !f.recd && !f.released && (!ok || s < seq) {
+			seq, ok = s, true
+		}
+	}
+	return seq, ok
+}
+
+// unreceived returns the entries recorded as QoS 2 flights that no
+// PUBREC answered.
+func (t *flightTable) unreceived() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var seqs []uint64
+	for s, f := range t.bySeq {
+		if f.recorded && !f.recd && !f.released {
+			seqs = append(seqs, s)
+		}
+	}
+	return seqs
+}
+
+// unrecord notes that the records of entries seqs were deleted.
+func (t *flightTable) unrecord(seqs []uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range seqs {
+		if f := t.bySeq[s]; f != nil {
+			f.recorded = false
+		}
+	}
 }

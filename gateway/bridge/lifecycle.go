@@ -38,6 +38,7 @@ func New(cfg Config, opts Options) (*Bridge, error) {
 	}
 	b := &Bridge{name: cfg.Name, opts: opts, log: opts.Log.With("bridge", cfg.Name), ob: ob, flights: newFlightTable()}
 	b.shared.state = StateStopped
+	b.loop.maxQoS = 2
 	rt, err := b.compile(cfg, outs, ins)
 	if err != nil {
 		return nil, err
@@ -119,6 +120,11 @@ func (b *Bridge) Reconfigure(cfg Config) error {
 	b.shared.mu.Lock()
 	b.rt.Store(rt)
 	var c *mqttclient.Client
+	if relink {
+		// Another server, or settings that may fix what made this one
+		// refuse: what was learned of it is forgotten.
+		b.shared.learned = learned{}
+	}
 	if replace {
 		b.shared.relinks++
 		b.shared.stale = append(b.shared.stale, stale...)

@@ -12,30 +12,21 @@ import (
 
 func (b *Bridge) setState(state string, err error) {
 	b.shared.mu.Lock()
-	changed := b.shared.state != state
-	b.shared.state = state
-	if changed {
+	defer b.shared.mu.Unlock()
+	if b.shared.state != state {
 		b.shared.since = time.Now()
 	}
+	b.shared.state = state
 	if err != nil {
 		b.shared.lastErr = err.Error()
-	}
-	b.shared.mu.Unlock()
-	if !changed {
-		return
-	}
-	switch {
-	case state == StateConnected:
-		b.log.Info("upstream connected", "address", b.rt.Load().cfg.Address)
-	case err != nil && state == StateDown:
-		b.log.Warn("upstream link down", "address", b.rt.Load().cfg.Address, "err", err)
 	}
 }
 
 // run keeps the link up: dial, subscribe, send until the link fails, then
-// wait with exponential backoff and full jitter, and again.
+// wait with exponential backoff and full jitter, and again. The backoff
+// grows with every dial that fails and every link that delivers nothing
+// (health.go), and starts again once a link delivers.
 func (b *Bridge) run(ctx context.Context) {
-	attempt := 0
 	// The QoS 2 packet identifiers the upstream holds in our session are
 	// recorded in storage once the bridge is tracked. An untracked one
 	// (a new state file, or one written before the records existed) may
@@ -50,17 +41,19 @@ func (b *Bridge) run(ctx context.Context) {
 		rt := b.rt.Load()
 		relinks := b.shared.relinks
 		down := b.shared.state == StateDown
+		protocol := b.shared.learned.protocol
 		b.shared.mu.Unlock()
 		backoff := Backoff{Min: rt.cfg.ReconnectMin, Max: rt.cfg.ReconnectMax}
 		opts := rt.copts
+		if opts.Protocol == 0 && protocol != 0 {
+			opts.Protocol = protocol // the server refused MQTT 5 before
+		}
 		for _, r := range rt.outs {
 			if r.QoS == 2 && first && !b.loop.tracked {
 				opts.CleanStart = true
 			}
 		}
 		if !down {
-			// While down, retries keep the state (and the log) quiet:
-			// one line when the link goes, one when it is back.
 			b.setState(StateConnecting, nil)
 		}
 		c, err := mqttclient.Dial(ctx, opts)
@@ -69,14 +62,12 @@ func (b *Bridge) run(ctx context.Context) {
 				return
 			}
 			b.setState(StateDown, err)
-			wait := backoff.Next(attempt)
-			attempt++
-			if !b.sleep(ctx, wait) {
+			b.noteFailed("dial", err)
+			if !b.sleep(ctx, backoff.Next(b.loop.failing-1)) {
 				return
 			}
 			continue
 		}
-		attempt = 0
 		first = false
 		if db := b.opts.Store; db != nil && !b.loop.tracked {
 			var batch storage.Batch
@@ -100,9 +91,13 @@ func (b *Bridge) run(ctx context.Context) {
 		b.shared.info = c.Info()
 		b.shared.window = c.Window()
 		b.shared.reconnects++
+		learnt := b.learnLinkLocked(opts, c)
 		b.shared.mu.Unlock()
+		learnt.log(b)
 		b.setState(StateConnected, nil)
-		b.connected(ctx, c)
+		lk := b.newLink(c)
+		b.noteConnected(lk)
+		why := b.connected(ctx, lk)
 		// The link has ended unless ctx is done: it is closed before the
 		// in-routes are marked shut, so that no message the reader hands
 		// over meanwhile is held while its acknowledgement goes upstream.
@@ -112,29 +107,68 @@ func (b *Bridge) run(ctx context.Context) {
 		b.in.mu.Unlock()
 		b.shared.mu.Lock()
 		b.shared.client = nil
+		relinked := b.shared.relinks != relinks
 		b.shared.mu.Unlock()
+		// Flights that waited behind a probe wait for the next link.
+		b.flights.restore(lk.held)
+		lk.held = nil
 		err = c.Err()
 		if ctx.Err() != nil {
 			return
+		}
+		b.checkProductive(lk)
+		if err == nil && !relinked {
+			err = why // we closed it, for a reason of the link's
 		}
 		if err == nil {
 			err = errors.New("connection closed")
 		}
 		b.setState(StateDown, err)
+		switch {
+		case relinked:
+			// Closed for a reload: the next link has the new settings,
+			// at once.
+			continue
+		case lk.productive:
+			b.noteLost(err)
+		default:
+			b.noteFailed("link", err)
+		}
+		b.blame(lk, c.Err())
+		if b.loop.failing > 0 && !b.sleep(ctx, backoff.Next(b.loop.failing-1)) {
+			return
+		}
 	}
 }
 
-// connected runs one connection: the in-routes are subscribed, the
-// availability marked online, and the outbox sent until the link ends.
-func (b *Bridge) connected(ctx context.Context, c *mqttclient.Client) {
-	if !b.resume(c) {
-		_ = c.Close()
-		return
+// connected runs one connection: what was in flight is resumed, the
+// in-routes are subscribed, the availability marked online, and the
+// outbox sent until the link ends. When the last links ended on a
+// message, the link first shows it answers (a PINGRESP) and then sends
+// that message alone (suspect.go). It returns why it closed the link
+// itself, if it did.
+func (b *Bridge) connected(ctx context.Context, lk *linkRun) error {
+	c := lk.c
+	probe := b.probeTarget()
+	// Each step below may wait up to ack_timeout: the watchdog hears
+	// between them.
+	b.alive()
+	if !b.resume(lk, probe) {
+		return errors.New("resuming what was in flight failed")
 	}
 	if err := b.subscribe(ctx, c); err != nil {
 		b.log.Warn("subscribing the in-routes failed", "err", err)
-		_ = c.Close()
-		return
+		return fmt.Errorf("subscribing the in-routes: %w", err)
+	}
+	b.alive()
+	if probe != 0 {
+		pctx, cancel := context.WithTimeout(ctx, b.rt.Load().cfg.AckTimeout)
+		err := c.Ping(pctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("before probing a message the link ended on: %w", err)
+		}
+		lk.probe = probe
 	}
 	if rt := b.rt.Load(); rt.online != nil {
 		// The will said offline when a link dropped; say online again,
@@ -150,7 +184,8 @@ func (b *Bridge) connected(ctx context.Context, c *mqttclient.Client) {
 			b.opts.Store.CommitLazy(&batch)
 		}
 	}
-	b.send(ctx, c)
+	b.send(ctx, lk)
+	return nil
 }
 
 // subscribe opens the in-routes, giving overlapping filters their
@@ -243,8 +278,10 @@ const (
 )
 
 // send hands outbox entries to the link within its window and the pace,
-// until the link ends or ctx is done.
-func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
+// until the link ends or ctx is done. While the link probes, its window is
+// one message, until the probe is through.
+func (b *Bridge) send(ctx context.Context, lk *linkRun) {
+	c := lk.c
 	pace := newPacer(b.rt.Load().cfg.Rate, max(c.Window(), 1))
 	beat := time.NewTicker(aliveEvery)
 	defer beat.Stop()
@@ -254,8 +291,23 @@ func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
 	var unreadable, flushAt time.Time
 	b.alive()
 	for {
-		for _, m := range b.ob.takeMemory() {
-			_, _ = c.Publish(&mqttclient.Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
+		b.checkProductive(lk)
+		window := c.Window()
+		probing := !b.probeThrough(lk)
+		if probing {
+			window = 1
+		}
+		// A resumed session's flights: the probe's first, alone, then
+		// the others once it is through.
+		if len(lk.held) > 0 && (!probing || c.Inflight() == 0 && lk.held[lk.probe] != nil) && !b.resendHeld(lk) {
+			_ = c.Close() // the link failed meanwhile; the next resumes them
+		}
+		if !probing {
+			// Memory-only messages wait behind a probe: one with a topic
+			// the server refuses would end the link on the probe's watch.
+			for _, m := range b.ob.takeMemory() {
+				_, _ = c.Publish(&mqttclient.Outgoing{Topic: m.topic, Payload: m.payload, QoS: 0, Retain: m.retain}, func(error, byte) {})
+			}
 		}
 		now := time.Now()
 		var due time.Time
@@ -270,7 +322,7 @@ func (b *Bridge) send(ctx context.Context, c *mqttclient.Client) {
 		// waiting for a quarter of it to free up costs a little latency
 		// and saves a read transaction per acknowledgement. A window
 		// that frees up says so with the acknowledgement's wake-up.
-		if free, in := c.Window()-c.Inflight(), c.Inflight(); !held && free > 0 && (in == 0 || free >= max(1, c.Window()/4)) && b.ob.pending() {
+		if free, in := window-c.Inflight(), c.Inflight(); !held && free > 0 && (in == 0 || free >= max(1, window/4)) && b.ob.pending() {
 			n := pace.take(min(free, 64))
 			if n == 0 {
 				due = earliest(due, now.Add(max(pace.wait(), retryEvery)))

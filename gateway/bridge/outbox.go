@@ -474,6 +474,15 @@ func (ob *outbox) hasDeletes() bool {
 	return len(ob.deletes) > 0
 }
 
+// passed reports whether the cursor has passed entry seq and it is not in
+// flight: it was acknowledged, or dropped, or never reached the disk.
+func (ob *outbox) passed(seq uint64) bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	_, flying := ob.inflight[seq]
+	return ob.sent >= seq && !flying
+}
+
 // pending reports whether entries wait behind the cursor.
 func (ob *outbox) pending() bool {
 	ob.mu.Lock()
