@@ -135,9 +135,7 @@ func TestPoisonedMessageIsMovedAside(t *testing.T) {
 	}
 	waitFor(t, "an empty outbox", func() bool { return s.br.Stats().Depth == 0 })
 	st := s.br.Stats()
-	if st.Dropped["dead_letter"] != 1 {
-		t.Errorf("dead letters %v, want the refused message alone", st.Dropped)
-	}
+	deadLettered(t, s.br, "up/big", strings.Repeat("x", 3000))
 	// The window's link, the probes up to dead_letter_after, the link
 	// that delivers the rest; a few more for links a loaded machine's
 	// Mosquitto may end on its own.
@@ -174,9 +172,7 @@ func TestProbeBlamesOnlyTheRefused(t *testing.T) {
 		t.Errorf("upstream got %v, want %v in order", got, want)
 	}
 	waitFor(t, "an empty outbox", func() bool { return lb.Stats().Depth == 0 })
-	if d := lb.Stats().Dropped; d["dead_letter"] != 1 {
-		t.Errorf("dead letters %v, want the refused message alone", d)
-	}
+	deadLettered(t, lb.Bridge, "up/bad topic", "x")
 	moved := lb.log.find(slog.LevelWarn, "dead letters")
 	if len(moved) != 1 || moved[0].attrs["topic"] != "up/bad topic" {
 		t.Errorf("moved aside: %+v, want up/bad topic alone", moved)
@@ -215,8 +211,8 @@ func TestQoS2RefusedOn311(t *testing.T) {
 	} else if !strings.Contains(got[0].attrs["routes"], "out[0] data/#") {
 		t.Errorf("the warning names routes %q, want out[0] data/#", got[0].attrs["routes"])
 	}
-	if st.Dropped["dead_letter"] != 0 {
-		t.Errorf("dead letters %v, want none: the messages go at QoS 1", st.Dropped)
+	if st.DeadLettered != 0 {
+		t.Errorf("%d dead letters, want none: the messages go at QoS 1", st.DeadLettered)
 	}
 	set, err := lb.db.OutboxFlights("cloud")
 	if err != nil || len(set.Flights) != 0 {
@@ -294,5 +290,25 @@ func TestProtocolFallbackIsRemembered(t *testing.T) {
 	waitFor(t, "the link after the reload", func() bool { return lb.Stats().Reconnects == 4 })
 	if got := f.connectVersions(); !slices.Equal(got, []byte{5, 4, 4, 4, 5, 4}) {
 		t.Errorf("CONNECT versions %v after a reload, want MQTT 5 tried again: [5 4 4 4 5 4]", got)
+	}
+}
+
+// deadLettered checks that br moved one message aside, on topic with
+// payload, after its dead_letter_after failures, with the server's reason.
+func deadLettered(t *testing.T, br *Bridge, topic, payload string) {
+	t.Helper()
+	if st := br.Stats(); st.DeadLettered != 1 || st.DeadLetters != 1 {
+		t.Errorf("%d moved to the dead letters, %d kept, want the refused message alone", st.DeadLettered, st.DeadLetters)
+	}
+	ds, err := br.DeadLetters(0)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("dead letters %+v, %v; want one", ds, err)
+	}
+	d := ds[0]
+	if d.Entry.Msg.Topic != topic || string(d.Entry.Msg.Payload) != payload {
+		t.Errorf("dead letter on %q with %d bytes, want %q with %d", d.Entry.Msg.Topic, len(d.Entry.Msg.Payload), topic, len(payload))
+	}
+	if n := br.rt.Load().cfg.DeadLetterAfter; d.Failures != n || !strings.Contains(d.Reason, "closed") {
+		t.Errorf("dead letter after %d failures for %q, want %d and the server's close", d.Failures, d.Reason, n)
 	}
 }

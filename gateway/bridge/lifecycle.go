@@ -145,6 +145,7 @@ func sameLink(a, b Config) bool {
 	a.MaxOutboxBytes, b.MaxOutboxBytes = 0, 0
 	a.MaxOutboxAge, b.MaxOutboxAge = 0, 0
 	a.MaxDeadLetterBytes, b.MaxDeadLetterBytes = 0, 0
+	a.DeadLetterAfter, b.DeadLetterAfter = 0, 0
 	a.Rate, b.Rate = 0, 0
 	a.TopicRules, b.TopicRules = TopicRules{}, TopicRules{}
 	return reflect.DeepEqual(a, b)

@@ -123,8 +123,8 @@ func (b *Bridge) blame(lk *linkRun, err error) {
 		b.log.Debug("upstream ended the link on a message sent alone", "topic", e.Msg.Topic, "failures", b.loop.strikes, "err", err)
 		return
 	}
-	reason := fmt.Sprintf("the upstream ended %d links in a row on it: %v", b.loop.strikes, err)
-	if derr := b.deadLetter(*e, reason); derr != nil {
+	reason := fmt.Sprintf("the upstream ended %d links in a row on it (%s): %v", b.loop.strikes, failureKind(err), err)
+	if derr := b.deadLetterAfter(*e, reason, b.loop.strikes); derr != nil {
 		b.log.Warn("moving a message the upstream keeps refusing to the dead letters failed; it is tried again", "topic", e.Msg.Topic, "err", derr)
 		return
 	}
