@@ -26,9 +26,20 @@
 //     with their topic and the server's reason, bounded by
 //     max_dead_letter_bytes (the oldest dropped, counted and logged), and
 //     retried or dropped by a person (RetryDeadLetters, DropDeadLetters).
+//   - A message is moved there when the server ended dead_letter_after
+//     links in a row on it, the last of them sending it alone after a
+//     PINGRESP (suspect.go): a healthy message is never blamed for the one
+//     behind it, and links our side closes or finds silent blame none.
 //   - A link that goes quiet (no PINGRESP or acknowledgement within
 //     ack_timeout) is replaced; reconnects back off exponentially with
-//     full jitter.
+//     full jitter, and every attempt that delivers nothing (a refused
+//     dial, a link closed before an acknowledgement or a keep alive
+//     interval) counts as a failure; the log says why once per change.
+//   - What the upstream refuses is learned until a reload changes the
+//     link: the 3.1.1 fallback, its Maximum QoS, a QoS 2 it closes links
+//     on (learned.go).
+//   - With nothing to send, nothing ticks faster than the watchdog's once
+//     a second.
 //   - Overlapping in-route filters get subscription identifiers derived
 //     from the filter, stable across restarts; what the bridge published
 //     locally from the upstream is never offered back out.
