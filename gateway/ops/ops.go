@@ -144,6 +144,8 @@ type Bridge struct {
 	DeadLetters     int
 	DeadLetterBytes int64
 	DeadLettered    uint64 // moved to the dead letters since the start
+	Failing         int    // connection attempts in a row that delivered nothing
+	QoSLimit        byte   // the highest QoS sent upstream, as the server's Maximum QoS or a refusal lowered it
 }
 
 // StorageStats describes the state database.
