@@ -25,12 +25,18 @@ type loneBridge struct {
 
 func newLoneBridge(t *testing.T, body string) *loneBridge {
 	t.Helper()
+	return newLoneBridgeAlive(t, body, nil)
+}
+
+// newLoneBridgeAlive is newLoneBridge with a watchdog's alive.
+func newLoneBridgeAlive(t *testing.T, body string, alive func()) *loneBridge {
+	t.Helper()
 	db, err := storage.Open(filepath.Join(t.TempDir(), "state.db"), storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := newLogRecorder()
-	br, err := New(parseBridge(t, "bridges:\n  - name: cloud\n"+body), Options{Device: "gw1", Store: db, Log: slog.New(rec)})
+	br, err := New(parseBridge(t, "bridges:\n  - name: cloud\n"+body), Options{Device: "gw1", Store: db, Log: slog.New(rec), Alive: alive})
 	if err != nil {
 		t.Fatal(err)
 	}
