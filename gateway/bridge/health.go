@@ -29,9 +29,12 @@ import (
 // is one the server keeps, whether or not there was anything to send; and
 // a server that ends links after that long is redialled at most once per
 // keep alive (60 s by default, 1 s at the least the configuration
-// allows), which is no storm. A SUBACK or a PINGRESP alone is not
-// delivery: a server can answer both and still close the link on the
-// first PUBLISH.
+// allows), which is no storm. A link that lasts reconnect_max is healthy
+// too, when that is shorter: its redials are no closer than the longest
+// backoff would space them, and an idle gateway on a keep alive of hours
+// is not held off its in-routes for a whole backoff when the server drops
+// it after minutes. A SUBACK or a PINGRESP alone is not delivery: a server
+// can answer both and still close the link on the first PUBLISH.
 //
 // The log says why links fail once per change, not once per attempt: the
 // first failure, and each one whose kind differs from the one logged last,
@@ -73,9 +76,13 @@ func (b *Bridge) noteProductive(lk *linkRun) {
 }
 
 // checkProductive marks lk productive when an acknowledgement came on it,
-// or it has held for a keep alive interval.
+// or it has held for a keep alive interval (or reconnect_max).
 func (b *Bridge) checkProductive(lk *linkRun) {
-	if !lk.productive && (b.progress.Load() != lk.acks || time.Since(lk.start) >= b.rt.Load().cfg.KeepAlive) {
+	if lk.productive {
+		return
+	}
+	cfg := &b.rt.Load().cfg
+	if b.progress.Load() != lk.acks || time.Since(lk.start) >= min(cfg.KeepAlive, cfg.ReconnectMax) {
 		b.noteProductive(lk)
 	}
 }
