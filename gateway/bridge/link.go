@@ -288,7 +288,7 @@ func (b *Bridge) send(ctx context.Context, lk *linkRun) {
 	soon := time.NewTimer(time.Hour) // armed only while work waits on time
 	soon.Stop()
 	defer soon.Stop()
-	var unreadable, flushAt time.Time
+	var unreadable, flushAt, armed time.Time
 	b.alive()
 	for {
 		b.checkProductive(lk)
@@ -353,10 +353,15 @@ func (b *Bridge) send(ctx context.Context, lk *linkRun) {
 		} else {
 			flushAt = time.Time{}
 		}
-		if due.IsZero() {
-			soon.Stop()
-		} else {
-			soon.Reset(max(due.Sub(now), 0))
+		if !due.Equal(armed) {
+			// Rearmed only when the time changes: a run of acknowledgements
+			// waiting for one flush turns the loop without touching it.
+			armed = due
+			if due.IsZero() {
+				soon.Stop()
+			} else {
+				soon.Reset(max(due.Sub(now), 0))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -367,6 +372,7 @@ func (b *Bridge) send(ctx context.Context, lk *linkRun) {
 			return
 		case <-b.ob.wake:
 		case <-soon.C:
+			armed = time.Time{}
 		case <-beat.C:
 			b.alive()
 		}
