@@ -463,7 +463,13 @@ func TestOverlappingInRoutes(t *testing.T) {
 `
 	up := mosquitto.Start(t, mosquitto.Config{})
 	s := newSite(t, bridgeYAML(up.Addr(), "    protocol: \"5\"\n"+routes), "")
-	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
+	// The link is up before its in-routes are subscribed; a command sent
+	// in between would find no subscription upstream.
+	waitFor(t, "the in-routes subscribed", func() bool {
+		s.br.in.mu.Lock()
+		defer s.br.in.mu.Unlock()
+		return s.br.in.open
+	})
 	var mu sync.Mutex
 	got := map[string]int{}
 	if err := s.pub.Subscribe("#", 1, func(m broker.Message) { mu.Lock(); got[m.Topic]++; mu.Unlock() }); err != nil {
