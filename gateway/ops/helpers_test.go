@@ -67,9 +67,10 @@ func newFakeGateway() *fakeGateway {
 				Name: "cloud", State: "connected", Since: epoch.Add(-30 * time.Minute), Protocol: 5,
 				Depth: 12, Bytes: 3456, OldestAge: 90 * time.Second, Sent: 100, Acked: 95, Inbound: 3,
 				Reconnects: 2, Dropped: map[string]uint64{"full": 4, "expired": 1, "dead_letter_full": 1}, Window: 32,
-				DeadLetters: 4, DeadLetterBytes: 900, DeadLettered: 5,
+				DeadLetters: 4, DeadLetterBytes: 900, DeadLettered: 5, QoSLimit: 2,
 			},
-			{Name: "backup", State: "down", Since: epoch.Add(-time.Hour), LastError: "dial tcp 10.0.0.9:8883: connection refused"},
+			{Name: "backup", State: "down", Since: epoch.Add(-time.Hour), LastError: "dial tcp 10.0.0.9:8883: connection refused",
+				Protocol: 4, Failing: 6, QoSLimit: 1},
 		},
 		dead: map[string][]DeadLetter{"cloud": {
 			{Seq: 2, Topic: "sites/gw1/old", Reason: "gone", At: epoch.Add(-3 * time.Hour), QoS: 1, Payload: []byte("0")},

@@ -297,6 +297,9 @@ func writeBridges(e *exposition, bridges []Bridge) {
 		{"fieldgate_bridge_outbox_bytes", "Bytes waiting in the outbox.", func(b Bridge) int64 { return b.Bytes }},
 		{"fieldgate_bridge_dead_letters", "Messages the upstream kept refusing, kept aside in the state file until retried or dropped.", func(b Bridge) int64 { return int64(b.DeadLetters) }},
 		{"fieldgate_bridge_dead_letter_bytes", "Bytes of the dead letters, as max_dead_letter_bytes counts them.", func(b Bridge) int64 { return b.DeadLetterBytes }},
+		{"fieldgate_bridge_failing_attempts", "Connection attempts in a row that delivered nothing (refused, or ended before an acknowledgement); 0 while the link is healthy.", func(b Bridge) int64 { return int64(b.Failing) }},
+		{"fieldgate_bridge_qos_limit", "The highest QoS the bridge sends upstream: 2, unless the server's Maximum QoS or a refused QoS 2 message lowered it.", func(b Bridge) int64 { return int64(b.QoSLimit) }},
+		{"fieldgate_bridge_protocol_version", "The MQTT protocol level of the current or last link: 5, or 4 for 3.1.1; 0 before the first.", func(b Bridge) int64 { return int64(b.Protocol) }},
 	} {
 		e.family(m.name, gauge, m.help)
 		for _, b := range bridges {

@@ -200,6 +200,12 @@ func TestMetricsValues(t *testing.T) {
 		{"fieldgate_bridge_dead_letters", []string{"bridge", "backup"}, 0},
 		{"fieldgate_bridge_dead_letter_bytes", []string{"bridge", "cloud"}, 900},
 		{"fieldgate_bridge_dead_lettered_total", []string{"bridge", "cloud"}, 5},
+		{"fieldgate_bridge_failing_attempts", []string{"bridge", "cloud"}, 0},
+		{"fieldgate_bridge_failing_attempts", []string{"bridge", "backup"}, 6},
+		{"fieldgate_bridge_qos_limit", []string{"bridge", "cloud"}, 2},
+		{"fieldgate_bridge_qos_limit", []string{"bridge", "backup"}, 1},
+		{"fieldgate_bridge_protocol_version", []string{"bridge", "cloud"}, 5},
+		{"fieldgate_bridge_protocol_version", []string{"bridge", "backup"}, 4},
 		{"fieldgate_bridge_messages_dropped_total", []string{"bridge", "cloud", "reason", "dead_letter_full"}, 1},
 		{"go_info", []string{"version", runtime.Version()}, 1},
 	}

@@ -94,6 +94,9 @@ type bridgeView struct {
 	DeadLetters          int
 	DeadBytes            string
 	Dead                 []deadView // the newest few
+	// Link says how the link goes when that is not the plain case: the
+	// protocol learned, a QoS lowered, attempts failing in a row.
+	Link string
 }
 
 type deadView struct {
@@ -165,6 +168,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		if b.Depth > 0 && b.OldestAge > 0 {
 			v.Oldest = formatAge(b.OldestAge) + " old"
 		}
+		v.Link = linkNote(b)
 		if b.DeadLetters > 0 {
 			v.DeadLetters, v.DeadBytes = b.DeadLetters, formatBytes(b.DeadLetterBytes)
 			if s.src.DeadLetters != nil {
@@ -237,4 +241,20 @@ func formatBytes(n int64) string {
 		v, unit = v/1024, u
 	}
 	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
+// linkNote describes what a bridge's link learned or is going through:
+// empty for a healthy MQTT 5 link that sends every QoS.
+func linkNote(b Bridge) string {
+	var parts []string
+	if b.Protocol == 4 {
+		parts = append(parts, "MQTT 3.1.1")
+	}
+	if b.QoSLimit > 0 && b.QoSLimit < 2 {
+		parts = append(parts, fmt.Sprintf("QoS %d at most", b.QoSLimit))
+	}
+	if b.Failing > 0 {
+		parts = append(parts, fmt.Sprintf("%d attempts in a row delivered nothing", b.Failing))
+	}
+	return strings.Join(parts, ", ")
 }

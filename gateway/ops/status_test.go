@@ -50,6 +50,8 @@ func TestStatusPage(t *testing.T) {
 		`<span class="depth">12</span> messages, 3.4 KiB, oldest 1m 30s old`,
 		`<span class="badge bad state">down</span>`,
 		`connection refused`,
+		// what the backup's link learned and is going through; the cloud's healthy link has no such line
+		`<dd class="link">MQTT 3.1.1, QoS 1 at most, 6 attempts in a row delivered nothing</dd>`,
 		// dead letters: the count, and the newest few with topic, reason and age, escaped
 		`<span class="dead">4</span> dead letters, 900 B`,
 		`<li data-seq="8"><span class="topic">sites/gw1/x</span> <span class="dim">30s ago</span>`,
@@ -71,6 +73,9 @@ func TestStatusPage(t *testing.T) {
 		t.Error("the status page shows more than the newest three dead letters, or not newest first")
 	}
 	// The sparklines: the two samples give each good quantity one line.
+	if n := strings.Count(page, `class="link"`); n != 1 {
+		t.Errorf("the status page has %d link lines, want 1: the healthy MQTT 5 bridge needs none", n)
+	}
 	if n := strings.Count(page, "<polyline "); n != 3 {
 		t.Errorf("the page has %d sparklines, want 3 (bench's quantities; tank is failing)", n)
 	}
