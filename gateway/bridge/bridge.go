@@ -57,6 +57,14 @@ type Bridge struct {
 	// the upstream (PUBACK, PUBCOMP): a link under which it moved
 	// delivered something.
 	progress atomic.Uint64
+	// refused holds the entries the upstream acknowledged with a refusal
+	// (a reason code of 0x80 or more), for the run goroutine to move to
+	// the dead letters: the reader that hears the refusal must not wait
+	// for the commit.
+	refused struct {
+		mu   sync.Mutex
+		list []refusal
+	}
 
 	// loop belongs to the run goroutine, and to New before it starts.
 	loop struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -316,5 +317,53 @@ func deadLettered(t *testing.T, br *Bridge, topic, payload string) {
 	}
 	if n := br.rt.Load().cfg.DeadLetterAfter; d.Failures != n || !strings.Contains(d.Reason, "closed") {
 		t.Errorf("dead letter after %d failures for %q, want %d and the server's close", d.Failures, d.Reason, n)
+	}
+}
+
+// TestRefusedInTheAcknowledgement: an MQTT 5 server that refuses a message
+// in its PUBACK (here Mosquitto's ACL, 0x87) keeps the link: the message
+// is moved to the dead letters, with the reason, where a person can retry
+// or drop it, and the messages around it go on in order on the same link.
+func TestRefusedInTheAcknowledgement(t *testing.T) {
+	acl := filepath.Join(t.TempDir(), "acl")
+	if err := os.WriteFile(acl, []byte("topic readwrite up/ok\ntopic read up/#\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	up := mosquitto.Start(t, mosquitto.Config{Global: []string{"acl_file " + acl}})
+	w := watch(t, up.Addr(), "watcher", "up/#", false)
+	s := newSite(t, bridgeYAML(up.Addr(), "    protocol: \"5\"\n    out:\n      - {filter: \"data/#\", topic: \"up/{2}\"}\n"), "")
+	waitFor(t, "the link", func() bool { return s.br.Stats().State == StateConnected })
+	var want []string
+	for i := range 6 {
+		want = append(want, fmt.Sprintf("ok-%d", i))
+	}
+	for i, p := range want {
+		if i == 3 {
+			if err := s.publish("data/denied", "refused"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.publish("data/ok", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the messages around the refused one upstream", func() bool { return len(uniq(w.topics()["up/ok"])) == len(want) })
+	if got := firstSeen(w.topics()["up/ok"]); !slices.Equal(got, want) {
+		t.Errorf("upstream got %v, want %v in order", got, want)
+	}
+	waitFor(t, "the refused message moved aside", func() bool { st := s.br.Stats(); return st.Depth == 0 && st.DeadLettered == 1 })
+	ds, err := s.br.DeadLetters(0)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("dead letters %+v, %v; want the refused message alone", ds, err)
+	}
+	if d := ds[0]; d.Entry.Msg.Topic != "up/denied" || string(d.Entry.Msg.Payload) != "refused" || !strings.Contains(d.Reason, "0x87") {
+		t.Errorf("dead letter on %q with %q for %q; want up/denied, its payload, and the server's code 0x87", d.Entry.Msg.Topic, d.Entry.Msg.Payload, d.Reason)
+	}
+	st := s.br.Stats()
+	if st.Reconnects != 1 {
+		t.Errorf("%d links; a refusal in an acknowledgement keeps the link", st.Reconnects)
+	}
+	if n := st.Dropped[DropRejected]; n != 0 {
+		t.Errorf("%d counted as dropped; a refused message is kept as a dead letter", n)
 	}
 }

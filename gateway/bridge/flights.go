@@ -9,6 +9,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/fieldgate/fieldgate/gateway/bridge/mqttclient"
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/storage"
 )
 
@@ -354,8 +355,19 @@ func (b *Bridge) done(seq uint64, topic string, qos byte) func(error, byte) {
 		}
 		why := ""
 		if reason >= 0x80 {
+			if b.opts.Store != nil {
+				// Kept as a dead letter, to be retried or dropped by a
+				// person, once the run goroutine has moved it.
+				b.flights.untrack(seq)
+				b.progress.Add(1)
+				b.refused.mu.Lock()
+				b.refused.list = append(b.refused.list, refusal{seq: seq, topic: topic, reason: reason})
+				b.refused.mu.Unlock()
+				b.ob.signal()
+				return
+			}
 			why = DropRejected
-			b.log.Warn("upstream refused a message; it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
+			b.log.Warn("upstream refused a message; with no state file to keep it in, it is dropped", "topic", topic, "reason", fmt.Sprintf("0x%02X", reason))
 		}
 		b.flights.untrack(seq)
 		if qos > 0 {
@@ -398,5 +410,37 @@ func (b *Bridge) send1(c *mqttclient.Client, e *storage.OutboxEntry, pid uint16,
 	default:
 		b.flights.untrack(seq)
 		return err
+	}
+}
+
+// refusal is an outbox entry the upstream refused in its acknowledgement.
+type refusal struct {
+	seq    uint64
+	topic  string
+	reason byte
+}
+
+// moveRefused moves the entries the upstream refused in their
+// acknowledgements to the dead letters. The run goroutine calls it: in
+// the send loop, and when a link has ended, before the next one rewinds
+// the outbox. An entry that cannot be moved (the disk failing) is
+// counted as rejected and dropped, and said so: never silently.
+func (b *Bridge) moveRefused() {
+	b.refused.mu.Lock()
+	list := b.refused.list
+	b.refused.list = nil
+	b.refused.mu.Unlock()
+	for _, r := range list {
+		why := fmt.Sprintf("the upstream refused it: %s (0x%02X)", mqttwire.ReasonName(r.reason), r.reason)
+		e := b.ob.entry(r.seq)
+		if e == nil {
+			continue // gone meanwhile (expired, or dropped by a command)
+		}
+		err := b.deadLetterAfter(*e, why, 1)
+		if err == nil {
+			continue
+		}
+		b.log.Error("upstream refused a message and moving it to the dead letters failed; it is dropped", "topic", r.topic, "reason", why, "err", err)
+		b.ob.acked(r.seq, r.topic, DropRejected)
 	}
 }

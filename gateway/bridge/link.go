@@ -102,6 +102,7 @@ func (b *Bridge) run(ctx context.Context) {
 		// in-routes are marked shut, so that no message the reader hands
 		// over meanwhile is held while its acknowledgement goes upstream.
 		_ = c.Close()
+		b.moveRefused() // the refusals its reader heard last
 		b.in.mu.Lock()
 		b.in.open = false
 		b.in.mu.Unlock()
@@ -291,6 +292,7 @@ func (b *Bridge) send(ctx context.Context, lk *linkRun) {
 	var unreadable, flushAt, armed time.Time
 	b.alive()
 	for {
+		b.moveRefused()
 		b.checkProductive(lk)
 		window := c.Window()
 		probing := !b.probeThrough(lk)
