@@ -42,7 +42,7 @@ SOAK_KILLS ?= 100
 REL_OUT ?= $(CURDIR)/bin/reliability
 
 .PHONY: build cross run lint test test-unit test-fuzz test-bench-module \
-	bench bench-matcher fuzz fuzz-broker soak qemu-check qemu-sensors tools staticcheck system-packages clean help
+	bench bench-matcher fuzz fuzz-broker soak qemu-check qemu-sensors tools staticcheck system-packages testtools clean help
 
 ## help: this list
 help:
@@ -65,7 +65,8 @@ run:
 	$(GO) run ./cmd/fieldgate run
 
 ## lint: formatting, a tidy go.mod, go vet and staticcheck
-# All four run even when one fails, so one run lists every finding.
+# All run even when one fails, so one run lists every finding. The test
+# tools' module (scripts/testtools) gets its own tidy check and vet.
 lint: staticcheck
 	@status=0; \
 	unformatted="$$(gofmt -l .)"; \
@@ -73,6 +74,7 @@ lint: staticcheck
 	echo "go mod tidy -diff"; $(GO) mod tidy -diff || status=1; \
 	echo "go vet ./..."; $(GO) vet ./... || status=1; \
 	echo "staticcheck ./..."; staticcheck ./... || status=1; \
+	echo "scripts/testtools: go mod tidy -diff, go vet ./..."; ( cd scripts/testtools && $(GO) mod tidy -diff && $(GO) vet ./... ) || status=1; \
 	exit $$status
 
 ## test: every check, in one run, with a summary at the end
@@ -106,7 +108,7 @@ test-unit:
 # The slow-consumer case measures latency, so its test client runs without
 # the race detector's slowdown; every other case runs with it.
 REL_SUITES := crash,bridge-outage,slow-consumer,connection-storm,malformed,hostile,bad-config
-test-reliability:
+test-reliability: testtools
 	@rm -rf $(REL_OUT)/short; rc=0; out=$(REL_OUT)/short; \
 	FIELDGATE_RELIABILITY_OUT=$$out $(GO) test -race -count=1 -timeout 20m -skip '^TestSlowConsumer$$' ./gateway/reliability || rc=$$?; \
 	[ $$rc -eq 0 ] || $(GO) run ./scripts/relreport fail -dir $$out -case "go test -race ./gateway/reliability" -detail "exit status $$rc; see its output above"; \
@@ -201,7 +203,7 @@ fuzz-broker:
 	$(GO) test -run='^$$' -fuzz=FuzzConnReader -fuzztime=$(FUZZTIME) ./gateway/broker
 
 ## soak: the reliability suite at full length, every fuzz target for SOAK_FUZZTIME, then docs/RELIABILITY.md
-soak: system-packages
+soak: system-packages testtools
 	@rm -rf $(REL_OUT)/soak; mkdir -p $(REL_OUT); rc=0; start=$$(date +%s); \
 	FIELDGATE_SOAK=1 FIELDGATE_CRASH_KILLS=$(SOAK_KILLS) FIELDGATE_RELIABILITY_OUT=$(REL_OUT)/soak \
 		$(GO) test -count=1 -timeout 120m -v ./gateway/reliability 2>&1 | tee $(REL_OUT)/soak-test.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok)' \
@@ -268,11 +270,24 @@ deb: cross
 deb-check: deb system-packages
 	bash packaging/check-deb.sh $(foreach arch,arm64 armhf amd64,bin/fieldgate_$(DEB_VERSION)_$(arch).deb)
 
-## tools: install staticcheck, qemu-user-static, gcc (for -race), mosquitto (the bridge tests' upstream) and its clients, and chromium (the status page test) when missing
-tools: staticcheck system-packages
+## tools: install staticcheck, qemu-user-static, gcc (for -race), mosquitto (the bridge tests' upstream) and its clients, and chromium (the status page test) when missing; build the NATS server and its stream reader (testtools)
+tools: staticcheck system-packages testtools
 
 staticcheck:
 	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## testtools: bin/testtools/nats-server (NATS v2.15.3, the clustered upstream of the bridge-nats cases) and natsstream (their reader of its stream), from scripts/testtools
+# Their own module keeps NATS out of the firmware's go.mod, as
+# scripts/bench keeps its peers out. Rebuilt only when the module's
+# go.mod, go.sum or sources are newer than the binaries: linking the
+# server takes a while. internal/testkit/natscluster builds them alike
+# when a test runs without make.
+TESTTOOLS := bin/testtools/nats-server bin/testtools/natsstream
+testtools: $(TESTTOOLS)
+$(TESTTOOLS) &: scripts/testtools/go.mod scripts/testtools/go.sum $(wildcard scripts/testtools/*/*.go)
+	@mkdir -p bin/testtools
+	cd scripts/testtools && $(GO) build -o $(CURDIR)/bin/testtools/ github.com/nats-io/nats-server/v2 ./natsstream
+	@touch $(TESTTOOLS)
 
 # Debian packages the checks need: the race detector is built with cgo, so
 # it needs a C compiler; qemu-check needs user-mode QEMU; the broker's
