@@ -3,9 +3,10 @@
 // it, and small fixtures (a free loopback address, a buffer the code under
 // test writes from its goroutines, a size-limited tmpfs). Its sub-packages
 // are the larger fixtures more than one package's tests need: mosquitto (a
-// real upstream broker), faultproxy (a TCP link that goes silent or is
-// cut), certs (a throwaway CA), pahotest (Paho clients that watch and
-// feed a broker), wiretest (hand-framed packets for test doubles),
+// real upstream broker), natscluster (a cluster of NATS servers with
+// JetStream and MQTT, another upstream), faultproxy (a TCP link that goes
+// silent or is cut), certs (a throwaway CA), pahotest (Paho clients that
+// watch and feed a broker), wiretest (hand-framed packets for test doubles),
 // notifysocket (systemd's notify socket) and configtest (a part's sections
 // of the configuration file read from YAML as the file reads them).
 // It is imported only from _test.go files; the firmware never links it.
