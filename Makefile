@@ -107,7 +107,7 @@ test-unit:
 # summary of what it measured.
 # The slow-consumer case measures latency, so its test client runs without
 # the race detector's slowdown; every other case runs with it.
-REL_SUITES := crash,bridge-outage,slow-consumer,connection-storm,malformed,hostile,bad-config
+REL_SUITES := crash,bridge-outage,bridge-nats,slow-consumer,connection-storm,malformed,hostile,bad-config
 test-reliability: testtools
 	@rm -rf $(REL_OUT)/short; rc=0; out=$(REL_OUT)/short; \
 	FIELDGATE_RELIABILITY_OUT=$$out $(GO) test -race -count=1 -timeout 20m -skip '^TestSlowConsumer$$' ./gateway/reliability || rc=$$?; \

@@ -9,6 +9,12 @@
 //   - bridge outages (clean close, silent drop, upstream restarts with
 //     and without its session, a long outage): everything acknowledged
 //     arrives upstream, in order per route;
+//   - the bridge against a NATS cluster, a cloud broker unlike
+//     Mosquitto: MQTT 3.1.1 only, QoS 2 publishes and some topics
+//     refused, nodes that fail; no reconnect storm, no uplink blocked by
+//     one message, and a fleet of gateways that loses nothing through
+//     a node's, a gateway's and a link's faults, counted from NATS's own
+//     message stream;
 //   - slow consumers: one slow subscriber costs memory within the
 //     configured budgets and no latency to the others;
 //   - connection storms: no leak of memory or goroutines;

@@ -161,6 +161,8 @@ var suites = []struct{ id, title, what string }{
 		"The real binary under QoS 1 and QoS 2 load, with persistent subscribers and an active bridge to a Mosquitto upstream, is killed with SIGKILL at random moments and restarted on the same state file. Target: acknowledged messages lost = 0 (locally and upstream), QoS 2 duplicates = 0; QoS 1 duplicates are counted."},
 	{"bridge-outage", "Bridge outages",
 		"A publisher sends numbered QoS 1 messages on two routes while the upstream goes away in different ways. Target: everything the gateway acknowledged arrives upstream, in order per route."},
+	{"bridge-nats", "Bridge to a NATS cluster",
+		"The bridge against a three-node NATS cluster with JetStream and its MQTT listener, every MQTT stream replicated on the three nodes: a cloud broker that speaks MQTT 3.1.1 only, refuses QoS 2 publishes (reject_qos2_publish) and closes the link on a topic it cannot take. Gateways publish numbered QoS 1 messages; what NATS acknowledged is counted per gateway in the order of its message stream's sequence numbers. Cases: the MQTT 3.1.1 fallback, remembered across link drops; a QoS 2 route learned down to QoS 1; a refused topic moved to the dead letters, or refused at the route by the nats topic rules; a fleet of gateways through a node SIGKILLed and restarted on its store, gateways SIGKILLed and restarted on their state files, links cut hard and links blackholed. Target: acknowledged messages lost = 0 and out of order = 0 for every gateway, no reconnect storm; QoS 1 duplicates are counted."},
 	{"slow-consumer", "Slow consumers",
 		"One subscriber reads 10 msg/s while publishers send 2,000 msg/s. Target: the gateway's RSS stays within the configured budgets; the other subscribers' p99 latency stays under 50 ms."},
 	{"connection-storm", "Connection storms",
@@ -290,7 +292,7 @@ func load(dir string) ([]relrecord.Result, error) {
 	return recs, nil
 }
 
-type env struct{ machine, goVersion, commit, mosquitto string }
+type env struct{ machine, goVersion, commit, mosquitto, nats string }
 
 func environment() env {
 	e := env{goVersion: runtime.Version(), machine: machine()}
@@ -299,6 +301,11 @@ func environment() env {
 	}
 	if out, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "mosquitto").Output(); err == nil {
 		e.mosquitto = "Debian package " + strings.TrimSpace(string(out))
+	}
+	// The server the bridge-nats cases ran, as make's tools step built it
+	// (internal/testkit/natscluster): "nats-server: v2.15.3".
+	if out, err := exec.Command(filepath.Join("bin", "testtools", "nats-server"), "--version").Output(); err == nil {
+		e.nats = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "nats-server:"))
 	}
 	return e
 }
@@ -378,13 +385,15 @@ func writeReport(w io.Writer, recs []relrecord.Result, e env, command string) {
 This file is written by `+"`"+command+"`"+` from what the reliability suite
 measured in one run: every figure below comes from the run, and a case that
 failed says so. The suite is in `+"`gateway/reliability`"+` (the fault tests,
-against the real binary and, for the bridge, a real Mosquitto), the fuzz
+against the real binary and, for the bridge, a real Mosquitto and a real
+NATS cluster), the fuzz
 targets next to the decoders they exercise, and `+"`scripts/relreport`"+`
 (this report).
 
 - `+"`make soak`"+`: every case at full length (100 kills, a 10-minute outage,
-  5-minute slow-consumer and churn runs, 10,000 clients at once, then
-  every fuzz target for `+"`SOAK_FUZZTIME`"+` (20 s), then this report.
+  5-minute slow-consumer and churn runs, 10,000 clients at once, a fleet
+  of gateways into a NATS cluster through its fault timeline, then every
+  fuzz target for `+"`SOAK_FUZZTIME`"+` (20 s), then this report.
   About an hour.
 - `+"`make test`"+` runs the same cases at a short length (step
   `+"`test-reliability`"+`) and prints the summary table; it does not write
@@ -395,6 +404,9 @@ targets next to the decoders they exercise, and `+"`scripts/relreport`"+`
 	fmt.Fprintf(w, "- Machine: %s; Go %s", e.machine, strings.TrimPrefix(e.goVersion, "go"))
 	if e.mosquitto != "" {
 		fmt.Fprintf(w, "; Mosquitto %s", e.mosquitto)
+	}
+	if e.nats != "" {
+		fmt.Fprintf(w, "; NATS server %s", e.nats)
 	}
 	fmt.Fprint(w, ".\n\n## Summary\n\n")
 	writeSummary(w, recs)

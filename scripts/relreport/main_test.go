@@ -103,3 +103,43 @@ func TestWrite(t *testing.T) {
 		t.Errorf("a recorded run failure: err %v", err)
 	}
 }
+
+// TestSuiteSections checks that every suite make test requires (its
+// REL_SUITES) has a section of its own in the report, in which its cases
+// render with their figures, rather than the one line an unknown suite
+// gets.
+func TestSuiteSections(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var required []string
+	for _, line := range strings.Split(string(mk), "\n") {
+		if rest, ok := strings.CutPrefix(line, "REL_SUITES :="); ok {
+			required = strings.Split(strings.TrimSpace(rest), ",")
+		}
+	}
+	if len(required) == 0 {
+		t.Fatal("no REL_SUITES line in the Makefile")
+	}
+	for _, id := range required {
+		var recs []relrecord.Result
+		recs = append(recs, relrecord.Result{Suite: id, Case: "a case", Mode: "short", Pass: true, Figures: []relrecord.Figure{{Name: "lost", Value: "0"}}})
+		var b bytes.Buffer
+		writeReport(&b, recs, env{machine: "m", goVersion: "go1.0"}, "make soak")
+		out := b.String()
+		title := ""
+		for _, s := range suites {
+			if s.id == id {
+				title = s.title
+			}
+		}
+		if title == "" {
+			t.Errorf("suite %s, which make test requires, has no section in the report", id)
+			continue
+		}
+		if !strings.Contains(out, "## "+title+"\n") || !strings.Contains(out, "### a case: pass") || !strings.Contains(out, "| lost | 0 |") {
+			t.Errorf("suite %s does not render its case under %q:\n%s", id, title, out)
+		}
+	}
+}

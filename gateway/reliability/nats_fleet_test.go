@@ -1,0 +1,214 @@
+package reliability
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fieldgate/fieldgate/internal/relrecord"
+)
+
+// The fleet: gateways bridging into the cluster, gateway i to node i mod
+// 3, each through a proxy of its own, under a steady load, through the
+// fault timeline operators meet: a node killed (SIGKILL) and started
+// again on its store, gateways SIGKILLed and started again on their state
+// files, links cut hard (the proxy closes both ends) and links
+// blackholed (the proxy forwards nothing and closes nothing, then resumes).
+// make test runs three gateways through short faults; make soak as many
+// as FleetEnv says, 50 unless it says otherwise, through the issue's
+// timeline.
+const natsFleetEnv = "FIELDGATE_NATS_FLEET"
+
+// natsSoakFleet is the soak's fleet: as many gateways as a 2-core machine
+// with 24 GiB holds beside three NATS servers and the test, each process
+// about 25 MiB and 1-3 % of a core at the soak's load.
+const natsSoakFleet = 50
+
+// natsFleetSize is the number of gateways: FIELDGATE_NATS_FLEET when set.
+func natsFleetSize(t *testing.T) int {
+	size := relrecord.Pick(3, natsSoakFleet)
+	if v := os.Getenv(natsFleetEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a number of gateways, 1 or more", natsFleetEnv, v)
+		}
+		size = n
+	}
+	return size
+}
+
+// The fleet's timeline. Each fault ends, then the fleet settles: every
+// gateway has delivered what it published before the fault ended.
+var (
+	// natsFleetRate is each gateway's load in messages a second: in the
+	// soak, 50 gateways at 5 give NATS 250 a second to store three times.
+	natsFleetRate = relrecord.Pick(20.0, 5.0)
+	// natsFleetWarm is the steady traffic before the first fault, over
+	// which each gateway's CPU is measured.
+	natsFleetWarm = relrecord.Pick(3*time.Second, time.Minute)
+	// natsNodeDown is how long the killed node stays down.
+	natsNodeDown = relrecord.Pick(5*time.Second, 30*time.Second)
+	// natsBlackhole is how long the blackholed links pass nothing: in the
+	// soak longer than keepalive and ack_timeout, so that the bridges
+	// notice and dial again (into the same silence) before it resumes.
+	natsBlackhole = relrecord.Pick(5*time.Second, 20*time.Second)
+	// natsSettle is the steady traffic after each fault has drained.
+	natsSettle = relrecord.Pick(time.Second, 20*time.Second)
+)
+
+// natsFleet runs the fleet through the timeline and counts, per gateway,
+// what the stream stored.
+func natsFleet(t *testing.T, w *natsWorld) {
+	size := natsFleetSize(t)
+	c := newNATSCase(t, fmt.Sprintf("fleet of %d gateways", size))
+	began := time.Now()
+	nodes := w.cluster.Nodes()
+	var gws []*natsGateway
+	for i := range size {
+		gws = append(gws, w.startGateway(t, fmt.Sprintf("fleet%03d", i), nodes[i%len(nodes)], true, natsBridgeOpts{}, natsFleetRate))
+	}
+	for _, ng := range gws {
+		w.awaitFirst(t, ng)
+	}
+	c.rec.Add("gateways", "%d, gateway i bridging to node i mod %d through a proxy of its own, %.0f msg/s each at QoS 1",
+		size, len(nodes), natsFleetRate)
+	natsFleetCost(c, w, gws, natsFleetWarm)
+
+	// Each fault hits every third gateway, a different third each time,
+	// so that the others run on beside it.
+	third := func(k int) []*natsGateway {
+		var out []*natsGateway
+		for i, ng := range gws {
+			if i%3 == k%3 {
+				out = append(out, ng)
+			}
+		}
+		return out
+	}
+	var timeline []string
+	fault := func(what string, do func()) {
+		t.Helper()
+		do()
+		caught := natsCatchUp(c, w, gws)
+		timeline = append(timeline, fmt.Sprintf("%s: every gateway caught up %s after it ended", what, caught.Round(time.Millisecond)))
+		time.Sleep(natsSettle)
+	}
+
+	victim := nodes[0]
+	fault(fmt.Sprintf("node %s SIGKILLed for %s (%d gateways' node)", victim.Name(), natsNodeDown, len(third(0))), func() {
+		victim.Kill()
+		time.Sleep(natsNodeDown)
+		victim.Start()
+	})
+	fault(fmt.Sprintf("%d gateways SIGKILLed and started again on their state files", len(third(1))), func() {
+		for _, ng := range third(1) {
+			ng.g.kill()
+			ng.g.start()
+		}
+	})
+	fault(fmt.Sprintf("%d links cut hard", len(third(2))), func() {
+		for _, ng := range third(2) {
+			ng.proxy.Cut()
+		}
+	})
+	fault(fmt.Sprintf("%d links blackholed for %s, then resumed", len(third(3)), natsBlackhole), func() {
+		for _, ng := range third(3) {
+			ng.proxy.Freeze()
+		}
+		time.Sleep(natsBlackhole)
+		for _, ng := range third(3) {
+			ng.proxy.Thaw()
+		}
+	})
+	c.rec.Add("timeline", "%s", strings.Join(timeline, "; "))
+	c.rec.Add("final drain", "%s", c.drain(w, gws).Round(time.Millisecond))
+
+	var total natsCount
+	var per []string
+	for _, ng := range gws {
+		n := c.check(w, ng)
+		total.published += n.published
+		total.acked += n.acked
+		total.arrived += n.arrived
+		total.lost += n.lost
+		total.duplicates += n.duplicates
+		total.outOfOrder += n.outOfOrder
+		per = append(per, fmt.Sprintf("%s %d/%d/%d/%d", ng.device, n.acked, n.lost, n.duplicates, n.outOfOrder))
+	}
+	natsRecordCount(c, total)
+	c.rec.Add("per gateway (acknowledged/lost/duplicates/out of order)", "%s", strings.Join(per, ", "))
+	c.rec.Add("run time", "%s", time.Since(began).Round(time.Second))
+}
+
+// natsCatchUp waits until every gateway's stream holds what the gateway
+// acknowledged of the messages published before the call, and returns
+// how long that took.
+func natsCatchUp(c *natsCase, w *natsWorld, gws []*natsGateway) time.Duration {
+	c.t.Helper()
+	began := time.Now()
+	targets := make([]int, len(gws))
+	for i, ng := range gws {
+		targets[i] = ng.pub.ledger().published
+	}
+	deadline := began.Add(natsDrain)
+	for {
+		missing := 0
+		for i, ng := range gws {
+			l := ng.pub.ledger()
+			l.acked = l.acked[:targets[i]]
+			m, _ := w.stream.missing(ng.device, l)
+			missing += m
+		}
+		if missing == 0 {
+			return time.Since(began)
+		}
+		if time.Now().After(deadline) {
+			c.fail("%d acknowledged messages published before a fault ended not in the stream %s after it", missing, natsDrain)
+			return time.Since(began)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// natsFleetCost measures the gateways' and the NATS servers' CPU over d
+// of steady load, and their resident memory at its end.
+func natsFleetCost(c *natsCase, w *natsWorld, gws []*natsGateway, d time.Duration) {
+	c.t.Helper()
+	cpu0 := make([]time.Duration, len(gws))
+	for i, ng := range gws {
+		cpu0[i] = slowCPU(ng.g.pid())
+	}
+	nodes := w.cluster.Nodes()
+	ncpu0 := make([]time.Duration, len(nodes))
+	for i, n := range nodes {
+		ncpu0[i] = slowCPU(n.PID())
+	}
+	start := time.Now()
+	time.Sleep(d)
+	wall := time.Since(start)
+	var cpus, rss []float64
+	for i, ng := range gws {
+		cpus = append(cpus, 100*float64(slowCPU(ng.g.pid())-cpu0[i])/float64(wall))
+		rss = append(rss, float64(ng.g.rss())/(1<<20))
+	}
+	var ncpus []string
+	for i, n := range nodes {
+		ncpus = append(ncpus, fmt.Sprintf("%s %.1f %%", n.Name(), 100*float64(slowCPU(n.PID())-ncpu0[i])/float64(wall)))
+	}
+	c.rec.Add("gateway CPU", "mean %.2f %%, max %.2f %% of a core over %s of steady load", natsMean(cpus), slices.Max(cpus), wall.Round(time.Second))
+	c.rec.Add("gateway RSS", "mean %.1f MiB, max %.1f MiB", natsMean(rss), slices.Max(rss))
+	c.rec.Add("NATS CPU", "%s of a core", strings.Join(ncpus, ", "))
+}
+
+// natsMean is the mean of xs, which is not empty.
+func natsMean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
