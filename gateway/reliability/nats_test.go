@@ -67,8 +67,8 @@ var (
 	// natsDrain bounds the wait for every acknowledged message to be in
 	// the stream once the load has stopped and the faults have ended.
 	natsDrain = testkit.Scale(60 * time.Second)
-	// natsQuiet: in that wait, nothing stored for this long while
-	// acknowledged messages are still missing means they are not coming.
+	// natsQuiet: in that wait, no missing message stored for this long
+	// means the rest are not coming.
 	natsQuiet = testkit.Scale(15 * time.Second)
 )
 
@@ -380,7 +380,6 @@ type natsTally struct {
 	devices  map[string]*natsStored
 	others   map[string]int // messages of other topics (availability), by topic
 	problems []string
-	last     time.Time // when the last new message came
 }
 
 // natsStored is what the stream stored of one gateway's load topic.
@@ -406,7 +405,6 @@ func (s *natsTally) add(m natscluster.Message) {
 		return // given again: the stream holds it once
 	}
 	s.seqs[m.Seq] = true
-	s.last = time.Now()
 	topic := natscluster.MQTTTopic(m.Subject)
 	levels := strings.Split(topic, "/")
 	if len(levels) != 3 || levels[0] != "fieldgate" || levels[2] != "load" {
@@ -448,8 +446,8 @@ func (s *natsTally) other(topic string) int {
 }
 
 // missing returns how many of the numbers l has acknowledged the stream
-// does not hold yet, and how long ago the last new message came.
-func (s *natsTally) missing(device string, l natsLedger) (int, time.Duration) {
+// does not hold yet.
+func (s *natsTally) missing(device string, l natsLedger) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.devices[device]
@@ -459,7 +457,7 @@ func (s *natsTally) missing(device string, l natsLedger) (int, time.Duration) {
 			n++
 		}
 	}
-	return n, time.Since(s.last)
+	return n
 }
 
 // natsCount is one gateway's figures, as the package comment defines
@@ -554,28 +552,44 @@ func (c *natsCase) fatal(format string, args ...any) {
 }
 
 // drain stops the publishers of gws and waits until the stream holds
-// every message their gateways acknowledged, or nothing new has come for
-// natsQuiet, or natsDrain has passed; it returns how long that took.
+// every message their gateways acknowledged (see await); it returns how
+// long that took.
 func (c *natsCase) drain(w *natsWorld, gws []*natsGateway) time.Duration {
 	c.t.Helper()
 	for _, ng := range gws {
 		ng.pub.stop()
 	}
+	return c.await(w, gws, nil, "after the load stopped")
+}
+
+// await waits until the stream holds every message the gateways of gws
+// acknowledged among the first upTo[i] that gateway i's publisher
+// published (nil: all of them), and returns how long that took. It fails
+// the case, naming when, once the count of missing messages has not
+// shrunk for natsQuiet, or natsDrain has passed.
+func (c *natsCase) await(w *natsWorld, gws []*natsGateway, upTo []int, when string) time.Duration {
+	c.t.Helper()
 	began := time.Now()
 	deadline := began.Add(natsDrain)
+	least, progress := -1, began
 	for {
-		missing, quiet := 0, time.Duration(0)
-		for _, ng := range gws {
-			m, q := w.stream.missing(ng.device, ng.pub.ledger())
-			missing += m
-			quiet = q
+		missing := 0
+		for i, ng := range gws {
+			l := ng.pub.ledger()
+			if upTo != nil {
+				l.acked = l.acked[:upTo[i]]
+			}
+			missing += w.stream.missing(ng.device, l)
 		}
 		if missing == 0 {
 			return time.Since(began)
 		}
-		if quiet > natsQuiet || time.Now().After(deadline) {
-			c.fail("%d acknowledged messages still not in the stream %s after the load stopped (nothing new for %s)",
-				missing, time.Since(began).Round(time.Millisecond), quiet.Round(time.Millisecond))
+		if least < 0 || missing < least {
+			least, progress = missing, time.Now()
+		}
+		if stalled := time.Since(progress); stalled > natsQuiet || time.Now().After(deadline) {
+			c.fail("%d acknowledged messages still not in the stream %s %s (none more for %s)",
+				missing, time.Since(began).Round(time.Millisecond), when, stalled.Round(time.Millisecond))
 			return time.Since(began)
 		}
 		time.Sleep(20 * time.Millisecond)
