@@ -134,6 +134,18 @@ func natsFleet(t *testing.T, w *natsWorld) {
 	c.rec.Add("timeline", "%s", strings.Join(timeline, "; "))
 	c.rec.Add("final drain", "%s", c.drain(w, gws).Round(time.Millisecond))
 
+	// Connections since each gateway's last start: every fault above
+	// ends some links, and none may set off a storm.
+	var links []float64
+	for _, ng := range gws {
+		n := ng.reconnects(t)
+		links = append(links, n)
+		if bound := natsStormBound(time.Since(began)); n > bound {
+			c.fail("%s: %.0f connections in %s, more than the backoff allows (%.0f)", ng.device, n, time.Since(began).Round(time.Second), bound)
+		}
+	}
+	c.rec.Add("bridge connections", "mean %.1f, max %.0f a gateway (since its last start)", natsMean(links), slices.Max(links))
+
 	var total natsCount
 	var per []string
 	for _, ng := range gws {
