@@ -130,10 +130,10 @@ func natsQoS2Refused(t *testing.T, w *natsWorld) {
 		c.fail("%.0f connections over the case: the bridge did not learn that NATS refuses QoS 2 publishes (at most %d while it learns)",
 			links, natsLearnedLinks)
 	}
-	warnings := natsWarnings(ng.g, "QoS")
-	c.rec.Add("warnings about QoS", "%d", len(warnings))
+	warnings := natsWarnings(ng.g, "QoS 1")
+	c.rec.Add("warnings of QoS 1", "%d", len(warnings))
 	if len(warnings) != 1 {
-		c.fail("the gateway logged %d warnings about the route's QoS, want one: %q", len(warnings), warnings)
+		c.fail("the gateway logged %d warnings that the route goes at QoS 1, want one: %q", len(warnings), warnings)
 	}
 	natsRecordCount(c, c.check(w, ng))
 }
