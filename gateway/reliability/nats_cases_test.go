@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,14 @@ func natsRefusedTopic(t *testing.T, w *natsWorld, rules bool) {
 	c.rec.Add("connections after the bad publish", "%.0f", relinks)
 	c.rec.Add("dead letters", "%.0f", dead)
 	if rules {
+		refused := ng.series(t, "fieldgate_bridge_messages_dropped_total", `,reason="topic_rules"}`)
+		c.rec.Add("refused at the route", "%.0f", refused)
+		if code < 0x80 {
+			c.fail("the gateway acknowledged the bad publish with 0x%02X: its MQTT 5 publisher was not told the route refused it", code)
+		}
+		if refused != 1 {
+			c.fail("%.0f messages refused by the topic rules on /metrics, want 1", refused)
+		}
 		if relinks != 0 {
 			c.fail("the link dropped %.0f times after the bad publish: the topic rules let it through to NATS", relinks)
 		}
@@ -186,6 +195,10 @@ func natsRefusedTopic(t *testing.T, w *natsWorld, rules bool) {
 		}
 	} else if dead != 1 {
 		c.fail("%.0f dead letters after NATS refused one message, want 1", dead)
+	}
+	// Never dropped silently: the log names the topic.
+	if len(natsWarnings(ng.g, strconv.Quote(bad))) == 0 {
+		c.fail("no warning in the gateway's log names %q", bad)
 	}
 	if n := w.stream.other(bad); n != 0 {
 		c.fail("NATS stored %d messages on %q, a topic it refuses: the case tests the wrong thing", n, bad)
