@@ -72,15 +72,14 @@ func natsNegotiation(t *testing.T, w *natsWorld) {
 	}
 	links := ng.reconnects(t)
 	refusals := w.cluster.CountLog(natscluster.MQTT5Refusal) - before
-	c.rec.Add("link drops", "%d (the proxy cut the connection)", drops)
-	c.rec.Add("connections", "%.0f", links)
-	c.rec.Add("MQTT 5 CONNECTs refused by NATS", "%d", refusals)
+	c.add("MQTT 5 CONNECTs refused by NATS", "%d", refusals)
+	c.add("connections", "%.0f, %d of them after the proxy cut the link", links, drops)
 	if refusals != 1 {
 		c.fail("NATS refused %d MQTT 5 CONNECTs over %.0f connections: the bridge tried MQTT 5 again after a link drop instead of remembering that this upstream speaks 3.1.1",
 			refusals, links)
 	}
-	c.rec.Add("drain", "%s", c.drain(w, []*natsGateway{ng}).Round(time.Millisecond))
-	natsRecordCount(c, c.check(w, ng))
+	c.add("drain", "%s", c.drain(w, []*natsGateway{ng}).Round(time.Millisecond))
+	c.counted(c.check(w, ng))
 }
 
 // natsLearnedLinks bounds the connections a bridge may make while it
@@ -124,19 +123,20 @@ func natsQoS2Refused(t *testing.T, w *natsWorld) {
 	began := time.Now()
 	// The metric starts with the process: every connection counts.
 	c.noStorm(ng, 0, "since the gateway started")
-	c.rec.Add("drain", "%s", c.drain(w, []*natsGateway{ng}).Round(time.Millisecond))
+	drain := c.drain(w, []*natsGateway{ng})
 	links := ng.reconnects(t)
-	c.rec.Add("connections", "%.0f in %s", links, time.Since(began).Round(time.Second))
+	c.add("connections", "%.0f in %s", links, time.Since(began).Round(time.Second))
+	c.add("drain", "%s", drain.Round(time.Millisecond))
 	if links > natsLearnedLinks {
 		c.fail("%.0f connections over the case: the bridge did not learn that NATS refuses QoS 2 publishes (at most %d while it learns)",
 			links, natsLearnedLinks)
 	}
 	warnings := natsWarnings(ng.g, "QoS 1")
-	c.rec.Add("warnings of QoS 1", "%d", len(warnings))
+	c.add("warnings of QoS 1", "%d", len(warnings))
 	if len(warnings) != 1 {
 		c.fail("the gateway logged %d warnings that the route goes at QoS 1, want one: %q", len(warnings), warnings)
 	}
-	natsRecordCount(c, c.check(w, ng))
+	c.counted(c.check(w, ng))
 }
 
 // natsWarnings returns the gateway's WARN lines that mention text.
@@ -171,16 +171,19 @@ func natsRefusedTopic(t *testing.T, w *natsWorld, rules bool) {
 	r0 := ng.reconnects(t)
 	bad := "fieldgate/" + device + "/bad topic"
 	code := natsPublishOnce(t, ng.g.addr, device+"-bad", bad)
-	c.rec.Add("the gateway's answer to the bad publish", "0x%02X", code)
 	c.noStorm(ng, r0, "after the bad publish")
-	c.rec.Add("drain", "%s", c.drain(w, []*natsGateway{ng}).Round(time.Millisecond))
+	drain := c.drain(w, []*natsGateway{ng})
 	relinks := ng.reconnects(t) - r0
 	dead := ng.series(t, natsDeadLetters, "}")
-	c.rec.Add("connections after the bad publish", "%.0f", relinks)
-	c.rec.Add("dead letters", "%.0f", dead)
+	refused := ng.series(t, "fieldgate_bridge_messages_dropped_total", `,reason="topic_rules"}`)
 	if rules {
-		refused := ng.series(t, "fieldgate_bridge_messages_dropped_total", `,reason="topic_rules"}`)
-		c.rec.Add("refused at the route", "%.0f", refused)
+		c.add("refused at the route", "%.0f", refused)
+	}
+	c.add("dead letters", "%.0f", dead)
+	c.add("the gateway's answer to the bad publish", "0x%02X", code)
+	c.add("connections after the bad publish", "%.0f", relinks)
+	c.add("drain", "%s", drain.Round(time.Millisecond))
+	if rules {
 		if code < 0x80 {
 			c.fail("the gateway acknowledged the bad publish with 0x%02X: its MQTT 5 publisher was not told the route refused it", code)
 		}
@@ -203,7 +206,7 @@ func natsRefusedTopic(t *testing.T, w *natsWorld, rules bool) {
 	if n := w.stream.other(bad); n != 0 {
 		c.fail("NATS stored %d messages on %q, a topic it refuses: the case tests the wrong thing", n, bad)
 	}
-	natsRecordCount(c, c.check(w, ng))
+	c.counted(c.check(w, ng))
 }
 
 // natsPublishOnce publishes one QoS 1 message on topic to the gateway at
@@ -226,14 +229,4 @@ func natsPublishOnce(t *testing.T, addr, id, topic string) byte {
 		t.Fatalf("%s: %s for packet id %d, want the PUBACK of 1", id, packetName(pk), pk.PacketID)
 	}
 	return pk.ReasonCode
-}
-
-// natsRecordCount records one gateway's figures.
-func natsRecordCount(c *natsCase, n natsCount) {
-	c.rec.Add("published", "%d", n.published)
-	c.rec.Add("acknowledged", "%d", n.acked)
-	c.rec.Add("arrived", "%d of the acknowledged", n.arrived)
-	c.rec.Add("lost", "%d", n.lost)
-	c.rec.Add("duplicates", "%d", n.duplicates)
-	c.rec.Add("out of order", "%d", n.outOfOrder)
 }

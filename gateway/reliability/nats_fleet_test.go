@@ -74,7 +74,7 @@ func natsFleet(t *testing.T, w *natsWorld) {
 	for _, ng := range gws {
 		w.awaitFirst(t, ng)
 	}
-	c.rec.Add("gateways", "%d, gateway i bridging to node i mod %d through a proxy of its own, %.0f msg/s each at QoS 1",
+	c.add("gateways", "%d, gateway i bridging to node i mod %d through a proxy of its own, %.0f msg/s each at QoS 1",
 		size, len(nodes), natsFleetRate)
 	natsFleetCost(c, w, gws, natsFleetWarm)
 
@@ -131,8 +131,8 @@ func natsFleet(t *testing.T, w *natsWorld) {
 			ng.proxy.Thaw()
 		}
 	})
-	c.rec.Add("timeline", "%s", strings.Join(timeline, "; "))
-	c.rec.Add("final drain", "%s", c.drain(w, gws).Round(time.Millisecond))
+	c.add("timeline", "%s", strings.Join(timeline, "; "))
+	c.add("final drain", "%s", c.drain(w, gws).Round(time.Millisecond))
 
 	// Connections since each gateway's last start: every fault above
 	// ends some links, and none may set off a storm.
@@ -144,7 +144,7 @@ func natsFleet(t *testing.T, w *natsWorld) {
 			c.fail("%s: %.0f connections in %s, more than the backoff allows (%.0f)", ng.device, n, time.Since(began).Round(time.Second), bound)
 		}
 	}
-	c.rec.Add("bridge connections", "mean %.1f, max %.0f a gateway (since its last start)", natsMean(links), slices.Max(links))
+	c.add("bridge connections", "mean %.1f, max %.0f a gateway (since its last start)", natsMean(links), slices.Max(links))
 
 	var total natsCount
 	var per []string
@@ -158,9 +158,9 @@ func natsFleet(t *testing.T, w *natsWorld) {
 		total.outOfOrder += n.outOfOrder
 		per = append(per, fmt.Sprintf("%s %d/%d/%d/%d", ng.device, n.acked, n.lost, n.duplicates, n.outOfOrder))
 	}
-	natsRecordCount(c, total)
-	c.rec.Add("per gateway (acknowledged/lost/duplicates/out of order)", "%s", strings.Join(per, ", "))
-	c.rec.Add("run time", "%s", time.Since(began).Round(time.Second))
+	c.counted(total)
+	c.add("per gateway (acknowledged/lost/duplicates/out of order)", "%s", strings.Join(per, ", "))
+	c.add("run time", "%s", time.Since(began).Round(time.Second))
 }
 
 // natsCatchUp waits until every gateway's stream holds what the gateway
@@ -200,9 +200,9 @@ func natsFleetCost(c *natsCase, w *natsWorld, gws []*natsGateway, d time.Duratio
 	for i, n := range nodes {
 		ncpus = append(ncpus, fmt.Sprintf("%s %.1f %%", n.Name(), 100*float64(slowCPU(n.PID())-ncpu0[i])/float64(wall)))
 	}
-	c.rec.Add("gateway CPU", "mean %.2f %%, max %.2f %% of a core over %s of steady load", natsMean(cpus), slices.Max(cpus), wall.Round(time.Second))
-	c.rec.Add("gateway RSS", "mean %.1f MiB, max %.1f MiB", natsMean(rss), slices.Max(rss))
-	c.rec.Add("NATS CPU", "%s of a core", strings.Join(ncpus, ", "))
+	c.add("gateway CPU", "mean %.2f %%, max %.2f %% of a core over %s of steady load", natsMean(cpus), slices.Max(cpus), wall.Round(time.Second))
+	c.add("gateway RSS", "mean %.1f MiB, max %.1f MiB", natsMean(rss), slices.Max(rss))
+	c.add("NATS CPU", "%s of a core", strings.Join(ncpus, ", "))
 }
 
 // natsMean is the mean of xs, which is not empty.

@@ -526,14 +526,47 @@ func (s *natsTally) tallyProblems() []string {
 	return append([]string(nil), s.problems...)
 }
 
-// natsCase is one case's record and failure reporting.
+// natsCase is one case's record and failure reporting. Its figures go
+// into the record when the test ends, in an order made for the report's
+// summary, which shows the first few: the case's own first figure, then
+// lost, out of order and duplicates, then the rest as added.
 type natsCase struct {
-	t   *testing.T
-	rec *relrecord.Rec
+	t       *testing.T
+	rec     *relrecord.Rec
+	figures []relrecord.Figure
+	count   *natsCount
 }
 
 func newNATSCase(t *testing.T, name string) *natsCase {
-	return &natsCase{t: t, rec: relrecord.Begin(t, natsSuite, name)}
+	c := &natsCase{t: t, rec: relrecord.Begin(t, natsSuite, name)}
+	// After relrecord's own cleanup in order, so before it in time.
+	t.Cleanup(c.flush)
+	return c
+}
+
+// add keeps a figure for the record.
+func (c *natsCase) add(name, format string, args ...any) {
+	c.figures = append(c.figures, relrecord.Figure{Name: name, Value: fmt.Sprintf(format, args...)})
+}
+
+// counted keeps the case's count of messages for the record.
+func (c *natsCase) counted(n natsCount) { c.count = &n }
+
+func (c *natsCase) flush() {
+	rest := c.figures
+	if len(rest) > 0 {
+		c.rec.Add(rest[0].Name, "%s", rest[0].Value)
+		rest = rest[1:]
+	}
+	if n := c.count; n != nil {
+		c.rec.Add("lost", "%d", n.lost)
+		c.rec.Add("out of order", "%d", n.outOfOrder)
+		c.rec.Add("duplicates", "%d", n.duplicates)
+		c.rec.Add("messages", "%d published, %d acknowledged, %d of those in the stream", n.published, n.acked, n.arrived)
+	}
+	for _, f := range rest {
+		c.rec.Add(f.Name, "%s", f.Value)
+	}
 }
 
 // fail fails the test and records why.
