@@ -59,7 +59,6 @@ const MQTT5Refusal = "unacceptable protocol version of 5"
 type Config struct {
 	Nodes             int  // how many nodes; 0: 3, the smallest cluster that keeps a quorum with one node down; 1: a single server, not clustered
 	RejectQoS2Publish bool // mqtt { reject_qos2_publish: true }: a QoS 2 PUBLISH closes the connection
-	Debug             bool // the servers log at debug level: every MQTT connection and its end
 }
 
 // Cluster is a running NATS cluster for one test.
@@ -74,20 +73,18 @@ type Cluster struct {
 // Node is one server of the cluster, on fixed ports and a store that
 // outlive its restarts.
 type Node struct {
-	c        *Cluster
-	index    int
-	name     string
-	client   string // host:port of the NATS client listener
-	route    string // host:port of the cluster listener
-	mqtt     string // host:port of the MQTT listener
-	monitor  string // host:port of the HTTP monitoring endpoint
-	conf     string
-	logPath  string
-	starts   int
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when cmd has been reaped
-	killedAt time.Time
+	c       *Cluster
+	name    string
+	client  string // host:port of the NATS client listener
+	route   string // host:port of the cluster listener
+	mqtt    string // host:port of the MQTT listener
+	monitor string // host:port of the HTTP monitoring endpoint
+	conf    string
+	logPath string
+	starts  int
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has been reaped
 }
 
 // Start starts a cluster as cfg asks, waits until every node is ready,
@@ -101,7 +98,7 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	c := &Cluster{t: t, cfg: cfg, bin: tool(t, serverTool), dir: t.TempDir()}
 	for i := range cfg.Nodes {
 		n := &Node{
-			c: c, index: i, name: fmt.Sprintf("n%d", i),
+			c: c, name: fmt.Sprintf("n%d", i),
 			client: testkit.FreeAddr(t), route: testkit.FreeAddr(t),
 			mqtt: testkit.FreeAddr(t), monitor: testkit.FreeAddr(t),
 		}
@@ -143,9 +140,6 @@ func (c *Cluster) config(n *Node) string {
 	line("server_name: %s", n.name)
 	line("listen: %q", n.client)
 	line("http: %q", n.monitor)
-	if c.cfg.Debug {
-		line("debug: true")
-	}
 	line("jetstream {")
 	line("  store_dir: %q", filepath.Join(c.dir, n.name+"-store"))
 	// Far above what a test stores, far below the machine.
@@ -223,9 +217,6 @@ func (n *Node) Name() string { return n.name }
 // MQTTAddr returns the host:port of the node's MQTT listener.
 func (n *Node) MQTTAddr() string { return n.mqtt }
 
-// ClientAddr returns the host:port of the node's NATS client listener.
-func (n *Node) ClientAddr() string { return n.client }
-
 // Log returns what the node has logged over all its starts.
 func (n *Node) Log() string {
 	b, err := os.ReadFile(n.logPath)
@@ -233,13 +224,6 @@ func (n *Node) Log() string {
 		return err.Error()
 	}
 	return string(b)
-}
-
-// Running reports whether the node's process is running.
-func (n *Node) Running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.cmd != nil
 }
 
 // Kill ends the node with SIGKILL, as a machine that loses power, and
@@ -258,7 +242,6 @@ func (n *Node) Kill() {
 	case <-time.After(testkit.Scale(stopWait)):
 		n.c.t.Errorf("NATS node %s not reaped %s after SIGKILL", n.name, testkit.Scale(stopWait))
 	}
-	n.killedAt = time.Now()
 	n.note("--- killed: %v", cmd.ProcessState)
 }
 
