@@ -72,11 +72,16 @@ func natsNegotiation(t *testing.T, w *natsWorld) {
 	}
 	links := ng.reconnects(t)
 	refusals := w.cluster.CountLog(natscluster.MQTT5Refusal) - before
+	version := ng.series(t, "fieldgate_bridge_protocol_version", "}")
 	c.add("MQTT 5 CONNECTs refused by NATS", "%d", refusals)
 	c.add("connections", "%.0f, %d of them after the proxy cut the link", links, drops)
+	c.add("protocol level on /metrics", "%.0f", version)
 	if refusals != 1 {
 		c.fail("NATS refused %d MQTT 5 CONNECTs over %.0f connections: the bridge tried MQTT 5 again after a link drop instead of remembering that this upstream speaks 3.1.1",
 			refusals, links)
+	}
+	if version != 4 {
+		c.fail("fieldgate_bridge_protocol_version is %.0f on a link to NATS, which speaks only 3.1.1 (4)", version)
 	}
 	c.add("drain", "%s", c.drain(w, []*natsGateway{ng}).Round(time.Millisecond))
 	c.counted(c.check(w, ng))
@@ -125,11 +130,16 @@ func natsQoS2Refused(t *testing.T, w *natsWorld) {
 	c.noStorm(ng, 0, "since the gateway started")
 	drain := c.drain(w, []*natsGateway{ng})
 	links := ng.reconnects(t)
+	limit := ng.series(t, "fieldgate_bridge_qos_limit", "}")
 	c.add("connections", "%.0f in %s", links, time.Since(began).Round(time.Second))
+	c.add("QoS limit on /metrics", "%.0f", limit)
 	c.add("drain", "%s", drain.Round(time.Millisecond))
 	if links > natsLearnedLinks {
 		c.fail("%.0f connections over the case: the bridge did not learn that NATS refuses QoS 2 publishes (at most %d while it learns)",
 			links, natsLearnedLinks)
+	}
+	if limit != 1 {
+		c.fail("fieldgate_bridge_qos_limit is %.0f; the bridge should show the QoS 1 it learned", limit)
 	}
 	warnings := natsWarnings(ng.g, "QoS 1")
 	c.add("warnings of QoS 1", "%d", len(warnings))

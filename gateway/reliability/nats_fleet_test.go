@@ -149,6 +149,12 @@ func natsFleet(t *testing.T, w *natsWorld) {
 		}
 	}
 	c.add("bridge connections", "mean %.1f, max %.0f a gateway (since its last start)", natsMean(links), slices.Max(links))
+	// Every link is healthy again once the faults have drained.
+	for _, ng := range gws {
+		if n := ng.series(t, "fieldgate_bridge_failing_attempts", "}"); n != 0 {
+			c.fail("%s: %.0f connection attempts in a row have failed after the faults ended", ng.device, n)
+		}
+	}
 
 	var total natsCount
 	var per []string
