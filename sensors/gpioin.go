@@ -11,6 +11,12 @@ package sensors
 // and wakes the poller through Changed. Read reports what the goroutine
 // last accepted and touches no hardware.
 //
+// While the line is quiet the goroutine sleeps in the kernel's (or the
+// simulator's) edge wait, waking once every gpioEdgeWait to read the line.
+// A line that cannot report edges (In refuses edge detection, or its edge
+// wait returns at once) is read every gpioPollEvery instead, which is said
+// once in the log: changes shorter than that are missed there.
+//
 // The pin always reports both edges, whatever the edge option says: a
 // falling-only interrupt would hide the line's return to high, and the
 // next falling edge would then look like no change at all. The edge
@@ -21,6 +27,7 @@ package sensors
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +48,12 @@ var gpioInKind = Kind{
 // pins; and a line that has been quiet this long is read, to pick up a
 // change whose edge was lost.
 const gpioEdgeWait = time.Second
+
+// gpioPollEvery is how often a line that cannot report edges is read:
+// the shortest period an idle gateway may wake for (nothing ticks faster
+// than once a second at rest), and still prompt for a door's state. An S0
+// meter's pulses (30 to 100 ms) are missed on such a line.
+const gpioPollEvery = time.Second
 
 // gpioInOpts are a gpio_in's parsed options.
 type gpioInOpts struct {
@@ -77,15 +90,17 @@ func parseGPIOIn(s *Spec) Opener {
 	// shorter than any pulse an S0 meter output gives (at least 30 ms).
 	o.debounce = s.Duration("debounce", 20*time.Millisecond, 0, 10*time.Second)
 	name := s.Address
-	return func(c Conn) (Device, error) { return openGPIOIn(c.Pin, name, o) }
+	return func(c Conn) (Device, error) { return openGPIOIn(c.Pin, name, o, c.Log) }
 }
 
 // gpioIn is one opened input.
 type gpioIn struct {
-	pin  gpio.PinIO
-	opts gpioInOpts
-	name string
-	qs   []Quantity
+	pin    gpio.PinIO
+	opts   gpioInOpts
+	name   string
+	qs     []Quantity
+	log    *slog.Logger
+	polled bool // the pin refused edge detection: the line is read every gpioPollEvery
 
 	state   atomic.Bool   // the accepted level, after active_low
 	count   atomic.Uint64 // accepted changes in the chosen direction
@@ -98,13 +113,17 @@ type gpioIn struct {
 	closeOnce sync.Once
 }
 
-func openGPIOIn(pin gpio.PinIO, name string, o gpioInOpts) (*gpioIn, error) {
+func openGPIOIn(pin gpio.PinIO, name string, o gpioInOpts, log *slog.Logger) (*gpioIn, error) {
 	if name == "" && pin != nil {
 		name = pin.Name()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	d := &gpioIn{
 		pin:     pin,
 		opts:    o,
+		log:     log,
 		changed: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -121,12 +140,27 @@ func openGPIOIn(pin gpio.PinIO, name string, o gpioInOpts) (*gpioIn, error) {
 		return nil, fmt.Errorf("sensors: %s: no GPIO pin to open it on", d.name)
 	}
 	if err := pin.In(o.pull, gpio.BothEdges); err != nil {
-		return nil, fmt.Errorf("sensors: %s: set up as an input with %s and edge detection: %w", d.name, o.pull, err)
+		// A line without edge detection (a GPIO expander's, or one whose
+		// interrupt is taken) can still be read.
+		if err2 := pin.In(o.pull, gpio.NoEdge); err2 != nil {
+			return nil, fmt.Errorf("sensors: %s: set up as an input with %s: %w (with edge detection: %v)", d.name, o.pull, err2, err)
+		}
+		d.polled = true
+		d.pollingLog("the line refuses edge detection", err)
 	}
 	d.line = pin.Read()
 	d.state.Store(bool(d.line) != o.activeLow)
 	go d.watch()
 	return d, nil
+}
+
+// pollingLog says, once per device, that the line is polled and why.
+func (d *gpioIn) pollingLog(why string, err error) {
+	args := []any{"device", d.name, "why", why, "every", gpioPollEvery.String()}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	d.log.Warn("GPIO input cannot wait for edges; reading it every second instead, so shorter changes are missed", args...)
 }
 
 func edgeName(e gpio.Edge) string {
@@ -141,18 +175,33 @@ func edgeName(e gpio.Edge) string {
 // watch is the goroutine that follows the pin until Close.
 func (d *gpioIn) watch() {
 	defer close(d.done)
-	// pause is for pins whose WaitForEdge returns at once without an
-	// edge (one not able to detect edges): rather than spin, the
-	// goroutine sleeps out the wait it asked for.
 	pause := time.NewTimer(time.Hour)
+	pause.Stop()
 	defer pause.Stop()
+	if d.polled {
+		for !d.stopping() {
+			d.sleepUntil(pause, time.Now().Add(gpioPollEvery))
+			d.readSettled(pause)
+		}
+		return
+	}
+	logged := false
 	for !d.stopping() {
 		start := time.Now()
 		if !d.pin.WaitForEdge(gpioEdgeWait) {
-			d.sleepUntil(pause, start.Add(gpioEdgeWait))
-			if !d.stopping() {
-				d.accept(d.pin.Read())
+			if d.stopping() {
+				break
 			}
+			// A pin that cannot wait returns at once: rather than spin,
+			// the goroutine sleeps out the wait it asked for, and so
+			// polls the line.
+			if !logged && time.Since(start) < gpioEdgeWait/2 {
+				logged = true
+				d.pollingLog("its edge wait returns at once", nil)
+			}
+			d.sleepUntil(pause, start.Add(gpioEdgeWait))
+			// A quiet line is read too, for a change whose edge was lost.
+			d.readSettled(pause)
 			continue
 		}
 		deadline := time.Now().Add(d.opts.debounce)
@@ -172,6 +221,23 @@ func (d *gpioIn) watch() {
 			d.accept(d.pin.Read())
 		}
 	}
+}
+
+// readSettled reads the line without an edge to go by, and accepts a new
+// level only if the line still shows it after the debounce time: a read
+// in the middle of a bounce is no change.
+func (d *gpioIn) readSettled(pause *time.Timer) {
+	if d.stopping() {
+		return
+	}
+	level := d.pin.Read()
+	if level != d.line && d.opts.debounce > 0 {
+		d.sleepUntil(pause, time.Now().Add(d.opts.debounce))
+		if d.stopping() || d.pin.Read() != level {
+			return
+		}
+	}
+	d.accept(level)
 }
 
 // sleepUntil waits on t until deadline or Close.

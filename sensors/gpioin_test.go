@@ -3,6 +3,7 @@ package sensors
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,8 +29,12 @@ type fakePin struct {
 	halted  chan struct{} // closed by Halt when haltWakes; nil otherwise
 	halts   atomic.Int32
 	waiting atomic.Int32 // calls of WaitForEdge under way
+	waits   atomic.Int32 // calls of WaitForEdge made
+	reads   atomic.Int32 // calls of Read made
 	once    sync.Once
 	inErr   error // what In returns
+	edgeErr error // what In returns when asked for edge detection
+	noWait  bool  // WaitForEdge returns false at once, as a pin that cannot wait
 
 	mu   sync.Mutex
 	l    gpio.Level
@@ -66,7 +71,7 @@ func (p *fakePin) Halt() error {
 }
 
 // In sets the pull, which (as a pull would) takes the line to its level.
-func (p *fakePin) In(pull gpio.Pull, _ gpio.Edge) error {
+func (p *fakePin) In(pull gpio.Pull, edge gpio.Edge) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pull = pull
@@ -76,11 +81,15 @@ func (p *fakePin) In(pull gpio.Pull, _ gpio.Edge) error {
 	case gpio.PullDown:
 		p.l = gpio.Low
 	}
+	if edge != gpio.NoEdge && p.edgeErr != nil {
+		return p.edgeErr
+	}
 	return p.inErr
 }
 
 // Read returns the line's level.
 func (p *fakePin) Read() gpio.Level {
+	p.reads.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.l
@@ -89,6 +98,10 @@ func (p *fakePin) Read() gpio.Level {
 // WaitForEdge takes in one edge sent on edges, or gives up after timeout
 // or Halt.
 func (p *fakePin) WaitForEdge(timeout time.Duration) bool {
+	p.waits.Add(1)
+	if p.noWait {
+		return false
+	}
 	p.waiting.Add(1)
 	defer p.waiting.Add(-1)
 	t := time.NewTimer(timeout)
@@ -129,11 +142,21 @@ func (p *fakePin) PWM(gpio.Duty, physic.Frequency) error { return errors.New("fa
 // closed when the test ends.
 func openGPIOInForTest(t *testing.T, opts map[string]string, pin gpio.PinIO) *gpioIn {
 	t.Helper()
+	return openGPIOInLogged(t, opts, pin, nil)
+}
+
+// openGPIOInLogged is openGPIOInForTest with the device's log going to log.
+func openGPIOInLogged(t *testing.T, opts map[string]string, pin gpio.PinIO, log *testkit.Buffer) *gpioIn {
+	t.Helper()
 	ps, open := parseSensorYAML(t, gpioInYAML, withOptions(opts))
 	if len(ps) > 0 {
 		t.Fatalf("problems: %+v", ps)
 	}
-	dev, err := open(Conn{Pin: pin})
+	c := Conn{Pin: pin}
+	if log != nil {
+		c.Log = slog.New(slog.NewTextHandler(log, nil))
+	}
+	dev, err := open(c)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -456,14 +479,76 @@ func TestGPIOInClose(t *testing.T) {
 func TestGPIOInOpenFailures(t *testing.T) {
 	_, open := parseSensorYAML(t, gpioInYAML, nil)
 	p := newFakePin(true)
-	p.inErr = errors.New("edge detection not supported")
+	p.inErr = errors.New("line busy")
+	p.edgeErr = errors.New("edge detection not supported")
 	_, err := open(Conn{Pin: p})
-	if err == nil || !strings.Contains(err.Error(), "gpio_in GPIO17") || !strings.Contains(err.Error(), "edge detection") {
-		t.Errorf("open = %v; want an error naming the pin and edge detection", err)
+	if err == nil || !strings.Contains(err.Error(), "gpio_in GPIO17") || !strings.Contains(err.Error(), "line busy") ||
+		!strings.Contains(err.Error(), "edge detection not supported") {
+		t.Errorf("open = %v; want an error naming the pin and both refusals", err)
 	}
 	if _, err := open(Conn{}); err == nil {
 		t.Error("open without a pin succeeded")
 	}
+}
+
+// A line that refuses edge detection but reads is polled once every
+// gpioPollEvery, which the log says, with the debounce still applied.
+func TestGPIOInPollsLineWithoutEdges(t *testing.T) {
+	t.Parallel()
+	p := newFakePin(true)
+	p.edgeErr = errors.New("edge detection not supported")
+	var log testkit.Buffer
+	start := time.Now()
+	d := openGPIOInLogged(t, nil, p, &log)
+	if out := log.String(); strings.Count(out, "cannot wait for edges") != 1 || !strings.Contains(out, "gpio_in GPIO17") ||
+		!strings.Contains(out, "edge detection not supported") {
+		t.Errorf("log %q; want one line naming the pin, that it is polled, and why", out)
+	}
+	// The line closes with no edge to tell: a poll picks it up.
+	if err := p.Out(gpio.Low); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(d, testkit.Scale(gpioPollEvery+2*time.Second)) {
+		t.Fatal("the polled line's change was never picked up")
+	}
+	if got := readFirst(t, d); got != 1 {
+		t.Errorf("Read = %v, want 1", got)
+	}
+	// Reads: one at open, two for the change (before and after the
+	// debounce), then one per poll.
+	testkit.WaitFor(t, 4*gpioPollEvery, "two more polls", func() bool { return p.reads.Load() >= 5 })
+	if polls, took := p.reads.Load()-2, time.Since(start); took < time.Duration(polls-1)*gpioPollEvery {
+		t.Errorf("%d polls in %s: more often than every %s", polls, took, gpioPollEvery)
+	}
+	if n := p.waits.Load(); n != 0 {
+		t.Errorf("WaitForEdge called %d times on a line without edge detection", n)
+	}
+	closeWithin(t, d, 200*time.Millisecond)
+}
+
+// A pin whose edge wait returns at once is not spun on: it is read once
+// per gpioEdgeWait, and the log says so once.
+func TestGPIOInPinThatCannotWait(t *testing.T) {
+	t.Parallel()
+	p := newFakePin(true)
+	p.noWait = true
+	var log testkit.Buffer
+	start := time.Now()
+	d := openGPIOInLogged(t, nil, p, &log)
+	testkit.WaitFor(t, 4*gpioEdgeWait, "three edge waits", func() bool { return p.waits.Load() >= 3 })
+	if took := time.Since(start); took < 2*gpioEdgeWait {
+		t.Errorf("three edge waits in %s: the goroutine spins on a pin that cannot wait", took)
+	}
+	if out := log.String(); strings.Count(out, "cannot wait for edges") != 1 || !strings.Contains(out, "returns at once") {
+		t.Errorf("log %q; want one line saying the edge wait returns at once", out)
+	}
+	if err := p.Out(gpio.Low); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(d, testkit.Scale(gpioEdgeWait+2*time.Second)) {
+		t.Fatal("the line's change was never picked up")
+	}
+	closeWithin(t, d, 200*time.Millisecond)
 }
 
 func TestGPIOInParse(t *testing.T) {
@@ -551,7 +636,7 @@ func TestGPIOInOnSimulatedPin(t *testing.T) {
 }
 
 func BenchmarkGPIOInRead(b *testing.B) {
-	d, err := openGPIOIn(newFakePin(true), "GPIO17", gpioInOpts{counter: true, edge: gpio.FallingEdge, pull: gpio.PullUp, activeLow: true})
+	d, err := openGPIOIn(newFakePin(true), "GPIO17", gpioInOpts{counter: true, edge: gpio.FallingEdge, pull: gpio.PullUp, activeLow: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -593,4 +678,76 @@ func TestGPIOInOnPeriphTestPin(t *testing.T) {
 		send(meter, gpio.High)
 	}
 	eventuallyReads(t, m, 7)
+}
+
+// countingPin counts the edge waits a device makes on a pin and keeps the
+// shortest timeout it asked for.
+type countingPin struct {
+	gpio.PinIO
+	waits    atomic.Int32
+	shortest atomic.Int64 // nanoseconds; 0 before the first wait
+}
+
+// WaitForEdge counts the call and waits on the pin.
+func (p *countingPin) WaitForEdge(timeout time.Duration) bool {
+	p.waits.Add(1)
+	for {
+		old := p.shortest.Load()
+		if (old != 0 && old <= int64(timeout)) || p.shortest.CompareAndSwap(old, int64(timeout)) {
+			break
+		}
+	}
+	return p.PinIO.WaitForEdge(timeout)
+}
+
+// TestGPIOInQuietLineSleeps follows a line without edges, simulated and
+// periph's gpiotest.Pin: the device wakes once per gpioEdgeWait, at least a
+// second, and on the simulated line the pin itself wakes for nothing else.
+// An idle gateway costs next to nothing for its inputs.
+func TestGPIOInQuietLineSleeps(t *testing.T) {
+	if gpioEdgeWait < time.Second || gpioPollEvery < time.Second {
+		t.Fatalf("gpioEdgeWait %s, gpioPollEvery %s: an idle input must wake no more than once a second", gpioEdgeWait, gpioPollEvery)
+	}
+	for _, tc := range []struct {
+		name string
+		pin  func(t *testing.T) (gpio.PinIO, func() uint64)
+	}{
+		{"sim", func(t *testing.T) (gpio.PinIO, func() uint64) {
+			// The system clock: the door's first flip is 20 to 90 s away.
+			w := sim.New(11)
+			pin, err := w.Pin(sim.PinDoor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pin, w.Wakeups
+		}},
+		{"gpiotest", func(*testing.T) (gpio.PinIO, func() uint64) {
+			return &gpiotest.Pin{N: "GPIO5", Num: 5, EdgesChan: make(chan gpio.Level)}, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pin, wakeups := tc.pin(t)
+			p := &countingPin{PinIO: pin}
+			start := time.Now()
+			d := openGPIOInForTest(t, nil, p)
+			testkit.WaitFor(t, 4*gpioEdgeWait, "three edge waits", func() bool { return p.waits.Load() >= 3 })
+			waits, took := p.waits.Load(), time.Since(start)
+			if took < time.Duration(waits-1)*gpioEdgeWait {
+				t.Errorf("%d edge waits in %s on a quiet line: more than one per %s", waits, took, gpioEdgeWait)
+			}
+			if s := time.Duration(p.shortest.Load()); s < time.Second {
+				t.Errorf("an edge wait of %s on a quiet line; want at least a second", s)
+			}
+			if wakeups != nil {
+				// Each wait looks at the line when it starts and when it ends.
+				if n := wakeups(); n > 2*uint64(waits) {
+					t.Errorf("the simulated line woke %d times in %d edge waits; want at most 2 per wait", n, waits)
+				}
+			}
+			if fired(d, 0) {
+				t.Error("Changed fired on a quiet line")
+			}
+		})
+	}
 }

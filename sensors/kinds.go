@@ -1,6 +1,7 @@
 package sensors
 
 import (
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -78,9 +79,12 @@ type Kind struct {
 type Opener func(c Conn) (Device, error)
 
 // Conn is the bus end a device is opened on; only the field for the
-// kind's BusType is set.
+// kind's BusType is set, and Log.
 type Conn struct {
 	I2C   i2c.Bus    // the bus, for BusI2C
 	Pin   gpio.PinIO // the pin, for BusGPIO
 	W1Dir string     // the device's sysfs directory, for BusW1
+	// Log is the sensor's logger, for what a driver must say without
+	// failing, such as falling back to polling; nil discards.
+	Log *slog.Logger
 }

@@ -471,6 +471,7 @@ func (s *sensor) openDevice(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	conn.Log = s.log
 	dev, err := s.open(conn)
 	if err != nil {
 		return err

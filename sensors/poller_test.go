@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fieldgate/fieldgate/internal/testkit"
+	"github.com/fieldgate/fieldgate/sensors/sim"
 	"periph.io/x/conn/v3/gpio"
 )
 
@@ -579,5 +580,34 @@ func TestParseCommand(t *testing.T) {
 		if _, err := parseCommand([]byte(in)); err == nil || !strings.Contains(err.Error(), "send ON, OFF, 1 or 0") {
 			t.Errorf("parseCommand(%q) = %v, want a rejection naming what is accepted", in, err)
 		}
+	}
+}
+
+// TestPollerPublishesSimulatedEdge runs a door contact on the simulated
+// hardware and the system clock: a toggle of the line is published at
+// once, long before the sensor's interval.
+func TestPollerPublishesSimulatedEdge(t *testing.T) {
+	w := sim.New(13)
+	cfg := parseConfig(t, "gateway: {name: gw1}\nsensors:\n"+
+		"  - {name: door, kind: gpio_in, bus: sim, address: "+sim.PinDoor+", interval: 1h, jitter: 0s, options: {debounce: 5ms}}\n")
+	rec := &recorder{clock: SystemClock{}}
+	p, err := New(cfg, Options{Client: rec, Seed: 7, Buses: &Buses{Sim: w}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(context.Background()) })
+	const topic = "fieldgate/gw1/door/state"
+	testkit.WaitFor(t, 5*time.Second, "the door's first reading", func() bool { return len(rec.on(topic)) == 1 })
+	first, _, _ := reading(t, rec.on(topic)[0])
+
+	if err := w.Toggle(sim.PinDoor); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the toggled door's reading", func() bool { return len(rec.on(topic)) == 2 })
+	if got, _, _ := reading(t, rec.on(topic)[1]); got != 1-first {
+		t.Errorf("after a toggle the door reads %v, want %v", got, 1-first)
 	}
 }

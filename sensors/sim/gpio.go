@@ -18,8 +18,10 @@ const (
 	// edgeQueue is how many undelivered edges a pin keeps, dropping the
 	// oldest beyond it, like the kernel's GPIO character device.
 	edgeQueue = 16
-	// edgePoll bounds how long WaitForEdge sleeps before it looks at the
-	// world's clock again; an injected clock can jump at any time.
+	// edgePoll bounds how long WaitForEdge sleeps before it looks at an
+	// injected clock again, which can jump at any time: short beside any
+	// test's timeout. On the system clock a wait sleeps until the next
+	// event instead, so that an idle gateway does not wake for it.
 	edgePoll = 10 * time.Millisecond
 	// scheduleHorizon is the longest jump of the world's clock that a
 	// pin's schedule plays through event by event; after a longer one it
@@ -272,6 +274,9 @@ func (p *simPin) Read() gpio.Level {
 // WaitForEdge returns true for an edge of the kind In asked for, queued or
 // arriving within timeout (negative: no limit), and false when the time is
 // up, when Halt or In is called meanwhile, or when In asked for no edges.
+// It sleeps until the time is up, an edge comes (Toggle) or the pin's
+// schedule has its next event; only on an injected clock does it also
+// wake every edgePoll to look at the clock.
 func (p *simPin) WaitForEdge(timeout time.Duration) bool {
 	var expired <-chan time.Time
 	if timeout > 0 {
@@ -279,8 +284,9 @@ func (p *simPin) WaitForEdge(timeout time.Duration) bool {
 		defer t.Stop()
 		expired = t.C
 	}
-	poll := time.NewTimer(time.Hour)
-	defer poll.Stop()
+	look := time.NewTimer(time.Hour)
+	look.Stop()
+	defer look.Stop()
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -288,6 +294,7 @@ func (p *simPin) WaitForEdge(timeout time.Duration) bool {
 	for last := timeout == 0; ; {
 		now := p.w.now()
 		p.catchUp(now)
+		p.w.wakeups.Add(1)
 		switch {
 		case p.gen != gen || p.output || p.edge == gpio.NoEdge:
 			return false
@@ -297,23 +304,44 @@ func (p *simPin) WaitForEdge(timeout time.Duration) bool {
 		case last:
 			return false
 		}
-		d := edgePoll
-		if p.sched != nil {
-			if next := p.sched.at.Sub(now); next > 0 && next < d {
-				d = next
-			}
+		var due <-chan time.Time
+		if d, ok := p.lookAgain(now); ok {
+			look.Reset(d)
+			due = look.C
 		}
-		poll.Reset(d)
 		wake := p.wake
 		p.mu.Unlock()
 		select {
 		case <-expired:
 			last = true
 		case <-wake:
-		case <-poll.C:
+		case <-due:
 		}
 		p.mu.Lock()
 	}
+}
+
+// lookAgain returns how long a wait may sleep before it must look at the
+// clock again: until the schedule's next event on the system clock, whose
+// readings carry the monotonic time the schedule is kept in; at most
+// edgePoll on an injected clock. ok is false for a line nothing drives on
+// the system clock: only Toggle, In or Halt change it, and they wake the
+// wait. The caller holds p.mu.
+func (p *simPin) lookAgain(now time.Time) (d time.Duration, ok bool) {
+	if p.w.clocked {
+		d = edgePoll
+		if p.sched != nil {
+			if next := p.sched.at.Sub(now); next > 0 && next < d {
+				d = next
+			}
+		}
+		return d, true
+	}
+	if p.sched == nil {
+		return 0, false
+	}
+	// catchUp leaves the next event after now.
+	return max(p.sched.at.Sub(now), 0), true
 }
 
 // Pull returns the pull In set.

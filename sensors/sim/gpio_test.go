@@ -243,3 +243,69 @@ func TestSimOutputs(t *testing.T) {
 		t.Error("PWM succeeded")
 	}
 }
+
+// TestSimPinSleepsOnSystemClock checks that on the system clock a waiting
+// pin wakes for its schedule's next event, for Toggle and for its timeout,
+// and for nothing else: an idle gateway must not wake for its simulated
+// lines.
+func TestSimPinSleepsOnSystemClock(t *testing.T) {
+	w := New(6)
+	door := mustPin(t, w, PinDoor)
+	if err := door.In(gpio.PullUp, gpio.BothEdges); err != nil {
+		t.Fatal(err)
+	}
+
+	// The door's first flip is 20 to 90 s away: a wait of 300 ms looks at
+	// the line when it starts and when its time is up, not in between.
+	before := w.Wakeups()
+	if door.WaitForEdge(300 * time.Millisecond) {
+		t.Fatal("an edge long before the door's first flip")
+	}
+	if n := w.Wakeups() - before; n != 2 {
+		t.Errorf("a quiet wait of 300 ms woke %d times, want 2 (its start and its timeout)", n)
+	}
+
+	// A toggle wakes the wait at once.
+	done := make(chan bool, 1)
+	before = w.Wakeups()
+	go func() { done <- door.WaitForEdge(time.Hour) }()
+	if err := w.Toggle(PinDoor); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if !got {
+			t.Error("WaitForEdge returned false for a toggle")
+		}
+	case <-time.After(testkit.Scale(2 * time.Second)):
+		t.Fatal("WaitForEdge missed the toggle")
+	}
+	if n := w.Wakeups() - before; n > 2 {
+		t.Errorf("waiting for a toggle woke %d times, want at most 2", n)
+	}
+
+	// The meter's next pulse, moved 50 ms ahead, ends a wait by itself,
+	// with one wake-up for it.
+	meter, err := w.pin(PinMeter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := meter.In(gpio.Float, gpio.RisingEdge); err != nil {
+		t.Fatal(err)
+	}
+	meter.mu.Lock()
+	meter.catchUp(time.Now())
+	meter.sched.at, meter.sched.set = time.Now().Add(50*time.Millisecond), gpio.High
+	meter.level, meter.pending = gpio.Low, 0
+	meter.mu.Unlock()
+	before = w.Wakeups()
+	if !meter.WaitForEdge(testkit.Scale(5 * time.Second)) {
+		t.Fatal("WaitForEdge missed the meter's scheduled pulse")
+	}
+	if n := w.Wakeups() - before; n != 2 {
+		t.Errorf("waiting for a pulse 50 ms ahead woke %d times, want 2 (its start and the pulse)", n)
+	}
+	if meter.Read() != gpio.High {
+		t.Error("the meter is not high after its rising edge")
+	}
+}

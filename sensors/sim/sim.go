@@ -22,7 +22,10 @@
 // What the chips measure is a function of the seed and the world's clock
 // only (see Values), so a test with a fixed seed and an injected clock
 // (WithClock) reads the same values every run. The pins' schedules start
-// when the World is made. Conversion and measurement times, on the other
+// when the World is made. On the system clock a pin waiting for an edge
+// sleeps until its schedule's next event, or until Toggle or Halt, and
+// nothing else wakes it; an injected clock can jump at any moment, so
+// there a waiting pin looks at it every 10 ms. Conversion and measurement times, on the other
 // hand, pass in real time, as the drivers sleep in real time; WithInstant
 // makes every conversion finish at once.
 //
@@ -33,6 +36,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"periph.io/x/conn/v3/gpio"
@@ -61,11 +65,14 @@ const (
 type World struct {
 	seed    uint64
 	now     func() time.Time
+	clocked bool // now was injected by WithClock: it can jump at any time
 	instant bool
 	origin  time.Time // the clock when the World was made: where pin schedules start
 
 	bus  *bus
 	pins []*simPin
+
+	wakeups atomic.Uint64 // looks at a line by WaitForEdge: see Wakeups
 }
 
 // Option configures a World made by New.
@@ -73,9 +80,11 @@ type Option func(*World)
 
 // WithClock makes now the world's clock, which drives every simulated
 // value and the pins' schedules; time.Now when not given. A test passes a
-// clock it sets, so that readings are reproducible.
+// clock it sets, so that readings are reproducible. Pins waiting for an
+// edge look at an injected clock every 10 ms, since they cannot know when
+// it moves.
 func WithClock(now func() time.Time) Option {
-	return func(w *World) { w.now = now }
+	return func(w *World) { w.now, w.clocked = now, true }
 }
 
 // WithInstant makes conversions and measurements finish at once, for
@@ -144,6 +153,12 @@ func (w *World) pin(name string) (*simPin, error) {
 	}
 	return nil, fmt.Errorf("sim: no pin %q; the simulated pins are %s", name, strings.Join(w.PinNames(), ", "))
 }
+
+// Wakeups returns how many times the pins' WaitForEdge calls have looked
+// at their lines since the World was made: once when a wait starts, and
+// once per wake-up after. It shows what simulated lines cost a gateway at
+// rest.
+func (w *World) Wakeups() uint64 { return w.wakeups.Load() }
 
 // Level returns the level on pin name: what an input's signal is now, or
 // what an output drives. An unknown name is an error naming the pins.
