@@ -160,7 +160,7 @@ func (d *gpioIn) pollingLog(why string, err error) {
 	if err != nil {
 		args = append(args, "err", err)
 	}
-	d.log.Warn("GPIO input cannot wait for edges; reading it every second instead, so shorter changes are missed", args...)
+	d.log.Warn("GPIO input cannot wait for edges; reading it at intervals instead, so shorter changes are missed", args...)
 }
 
 func edgeName(e gpio.Edge) string {
@@ -192,14 +192,15 @@ func (d *gpioIn) watch() {
 			if d.stopping() {
 				break
 			}
-			// A pin that cannot wait returns at once: rather than spin,
-			// the goroutine sleeps out the wait it asked for, and so
-			// polls the line.
-			if !logged && time.Since(start) < gpioEdgeWait/2 {
-				logged = true
-				d.pollingLog("its edge wait returns at once", nil)
+			if time.Since(start) < gpioEdgeWait/2 {
+				// A pin that cannot wait returns at once: rather than
+				// spin on it, the goroutine polls the line.
+				if !logged {
+					logged = true
+					d.pollingLog("its edge wait returns at once", nil)
+				}
+				d.sleepUntil(pause, start.Add(gpioPollEvery))
 			}
-			d.sleepUntil(pause, start.Add(gpioEdgeWait))
 			// A quiet line is read too, for a change whose edge was lost.
 			d.readSettled(pause)
 			continue

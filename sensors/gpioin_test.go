@@ -527,7 +527,7 @@ func TestGPIOInPollsLineWithoutEdges(t *testing.T) {
 }
 
 // A pin whose edge wait returns at once is not spun on: it is read once
-// per gpioEdgeWait, and the log says so once.
+// per gpioPollEvery, and the log says so once.
 func TestGPIOInPinThatCannotWait(t *testing.T) {
 	t.Parallel()
 	p := newFakePin(true)
@@ -535,8 +535,8 @@ func TestGPIOInPinThatCannotWait(t *testing.T) {
 	var log testkit.Buffer
 	start := time.Now()
 	d := openGPIOInLogged(t, nil, p, &log)
-	testkit.WaitFor(t, 4*gpioEdgeWait, "three edge waits", func() bool { return p.waits.Load() >= 3 })
-	if took := time.Since(start); took < 2*gpioEdgeWait {
+	testkit.WaitFor(t, 4*gpioPollEvery, "three edge waits", func() bool { return p.waits.Load() >= 3 })
+	if took := time.Since(start); took < 2*gpioPollEvery {
 		t.Errorf("three edge waits in %s: the goroutine spins on a pin that cannot wait", took)
 	}
 	if out := log.String(); strings.Count(out, "cannot wait for edges") != 1 || !strings.Contains(out, "returns at once") {
@@ -545,7 +545,7 @@ func TestGPIOInPinThatCannotWait(t *testing.T) {
 	if err := p.Out(gpio.Low); err != nil {
 		t.Fatal(err)
 	}
-	if !fired(d, testkit.Scale(gpioEdgeWait+2*time.Second)) {
+	if !fired(d, testkit.Scale(gpioPollEvery+2*time.Second)) {
 		t.Fatal("the line's change was never picked up")
 	}
 	closeWithin(t, d, 200*time.Millisecond)
