@@ -159,7 +159,7 @@ fuzz-all:
 test-bench-module:
 	cd scripts/bench && $(GO) vet ./... && $(GO) test -count=1 -run . ./...
 
-## bench: every side-by-side comparison in one go, then docs/BENCHMARKS.md and docs/bench/*.svg (scripts/bench/bench-all.sh, about 45 min on 2 cores; QUICK=1: a smoke run of 6 min)
+## bench: every side-by-side comparison in one go, then docs/BENCHMARKS.md and docs/bench/*.svg (scripts/bench/bench-all.sh, about 51 min on 2 cores; QUICK=1: a smoke run of 7 min)
 # The main module's own benchmarks are not part of it: they take minutes,
 # compare nothing and feed no table of the report; make bench-unit runs them.
 bench:
@@ -193,6 +193,11 @@ bench-bridge:
 .PHONY: bench-footprint
 bench-footprint:
 	cd scripts/bench && ./bench-footprint.sh
+
+## bench-idle: CPU time of gateways at rest (embedded default and 50 simulated sensors, with and without a bridge) over 5 minutes (scripts/bench; QUICK=1: 30 s)
+.PHONY: bench-idle
+bench-idle:
+	cd scripts/bench && ./bench-idle.sh
 
 ## fuzz: the matcher fuzz target for FUZZTIME (default 30s)
 fuzz:

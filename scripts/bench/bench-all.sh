@@ -16,8 +16,10 @@
 #   storage    bench-storage.sh                                           ~7 min
 #   bridge     bench-bridge.sh without its paced run (PACED_RATE below) ~2.5 min
 #   footprint  bench-footprint.sh, when there is one                  ~5 min
+#   idle       bench-idle.sh: four gateways at rest for 5 min at once, one
+#              run whatever COUNT (QUICK=1: 30 s)                       ~6 min
 #   report     cmd/benchreport                                          seconds
-# About 40 minutes in all, 45 with the footprint. Each part runs with its
+# About 40 minutes in all, 51 with the footprint and idle. Each part runs with its
 # script's own settings; only COUNT (and QUICK) is passed to every one. A
 # part that fails does not stop the others; the report says what is
 # missing, and the script exits 1.
@@ -29,11 +31,11 @@
 # the top that it is a smoke run.
 #
 # Environment:
-#   QUICK=1        smoke run of the whole pipeline, 5 to 6 minutes: QUICK=1 for every
+#   QUICK=1        smoke run of the whole pipeline, 6 to 7 minutes: QUICK=1 for every
 #                  script (the matcher's: 1k and 100k subscriptions, w10% distinct d5,
 #                  0.1 s per row), into results/*-quick-*
 #   COUNT=3        repetitions of every part (the report shows medians; QUICK=1: 1)
-#   PARTS="matcher broker sweeps storage bridge footprint"
+#   PARTS="matcher broker sweeps storage bridge footprint idle"
 #                  the parts to run; the report is written after them from whatever
 #                  results there are. PARTS= (empty) only writes the report again.
 #   SWEEP_CONNS="1000 2500 5000"  idle connections of the sweeps (the broker part adds
@@ -68,15 +70,15 @@ else
 fi
 export QUICK
 if [ -n "${COUNT:-}" ]; then export COUNT; fi
-PARTS=${PARTS-"matcher broker sweeps storage bridge footprint"}
+PARTS=${PARTS-"matcher broker sweeps storage bridge footprint idle"}
 PACED_RATE=${PACED_RATE:-0}
 REPORT=${REPORT:-$root/docs/BENCHMARKS.md}
 
 for p in $PARTS; do
 	case $p in
-	matcher | broker | sweeps | storage | bridge | footprint) ;;
+	matcher | broker | sweeps | storage | bridge | footprint | idle) ;;
 	*)
-		echo "PARTS=\"$PARTS\": no part $p (matcher broker sweeps storage bridge footprint)" >&2
+		echo "PARTS=\"$PARTS\": no part $p (matcher broker sweeps storage bridge footprint idle)" >&2
 		exit 2
 		;;
 	esac
@@ -162,6 +164,7 @@ part_matcher() { ./bench-matcher.sh; }
 part_broker() { ./bench-broker.sh; }
 part_storage() { ./bench-storage.sh; }
 part_bridge() { PACED_RATE=$PACED_RATE ./bench-bridge.sh; }
+part_idle() { ./bench-idle.sh; }
 
 failed=()
 timings=()

@@ -174,6 +174,21 @@ fieldgate_config() {
 	} >"$dir/fieldgate.yaml"
 }
 
+# gateway_config DIR MQTT OPS: the embedded default configuration with its
+# listener on MQTT, its ops endpoint on OPS and its state in DIR, written to
+# DIR/fieldgate.yaml. Fails when default.yaml no longer has the lines.
+gateway_config() {
+	local dir=$1 mqtt=$2 ops=$3 cfg=$1/fieldgate.yaml
+	sed -e "s|address: 127\.0\.0\.1:1883\$|address: 127.0.0.1:$mqtt|" \
+		-e "s|address: 127\.0\.0\.1:9100\$|address: 127.0.0.1:$ops|" \
+		-e "s|^  path: fieldgate-state\.db\$|  path: $dir/state.db|" \
+		"$root/gateway/config/default.yaml" >"$cfg"
+	if ! grep -q "127.0.0.1:$mqtt\$" "$cfg" || ! grep -q "127.0.0.1:$ops\$" "$cfg" || ! grep -q "path: $dir/state.db\$" "$cfg"; then
+		echo "gateway/config/default.yaml no longer has the listener, ops or storage lines this script moves" >&2
+		return 1
+	fi
+}
+
 # mosquitto_config FILE PORT [LINE...]: writes a Mosquitto configuration
 # to FILE: a listener on 127.0.0.1:PORT for anonymous clients, errors and
 # warnings logged to stderr, then each LINE. As root Mosquitto would switch

@@ -5,6 +5,10 @@
 // amd64), and the resident memory of the ARM binaries running the default
 // configuration under QEMU user-mode emulation.
 //
+// Idle measures a gateway at rest for bench-idle.sh: once it is ready
+// (and its bridge up) and has settled, the CPU time the kernel counts for
+// it over a stretch in which nothing else touches it.
+//
 // Watch follows one running gateway: it waits until the ops endpoint says
 // ready, subscribes to the readings, and once a second samples the
 // process's resident set from /proc and the gateway's own figures from
@@ -13,8 +17,8 @@
 //
 // The raw output of a run is line-oriented text: "key: value" header
 // lines (describe_machine in lib.sh), "size" and "deb" lines, Go benchmark
-// lines of BenchmarkFootprint after a "heap-binary:" line, and "sample"
-// and "rss" lines of space-separated key=value pairs; "# warn" lines
+// lines of BenchmarkFootprint after a "heap-binary:" line, and "sample",
+// "rss", "config" and "idle" lines of space-separated key=value pairs; "# warn" lines
 // report problems. Package report reads it and writes the summary that
 // docs/BENCHMARKS.md shows.
 package footprint

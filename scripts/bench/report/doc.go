@@ -14,7 +14,9 @@
 //
 // The comparisons (Parts): matcher (bench-matcher.sh, one raw file per
 // GOARCH), broker (bench-broker.sh), storage (bench-storage.sh), bridge
-// (bench-bridge.sh) and footprint (bench-footprint.sh). The report adds
+// (bench-bridge.sh), footprint (bench-footprint.sh) and idle
+// (bench-idle.sh, fieldgate's cost at rest, judged against a limit of its
+// own rather than a peer). The report adds
 // plots of the matcher against the number of subscriptions and of the
 // broker's memory scenarios against the number of subscriptions and
 // connections, from the broker run and bench-all.sh's sweeps

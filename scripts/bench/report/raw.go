@@ -47,7 +47,7 @@ type value struct {
 // skip is a "# skip NAME: why" line: a broker that could not run.
 type skip struct{ who, why string }
 
-// record is a footprint line of the form KIND LABEL key=value...
+// record is a footprint or idle line of the form KIND LABEL key=value...
 type record struct {
 	kind, label string
 	kv          map[string]string
@@ -70,8 +70,9 @@ var (
 	warnRE = regexp.MustCompile(`^# warn (.*)$`)
 )
 
-// recordKinds are the first words of the footprint's record lines.
-var recordKinds = []string{"size", "deb", "rss", "runner"}
+// recordKinds are the first words of the footprint's and the idle run's
+// record lines.
+var recordKinds = []string{"size", "deb", "rss", "runner", "config", "idle"}
 
 // readRaw reads the raw file at path.
 func readRaw(path string) (*rawFile, error) {

@@ -19,6 +19,7 @@ var recordedRaw = map[string][]string{
 	"storage":   {"storage-amd64.txt"},
 	"bridge":    {"bridge-amd64.txt"},
 	"footprint": {"footprint-amd64.txt"},
+	"idle":      {"idle-amd64.txt"},
 }
 
 // tableRows returns the table rows of a Markdown text, blank cells

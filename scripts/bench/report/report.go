@@ -261,23 +261,24 @@ func (r *Report) writeIntro(w *markdown) {
 	if strings.Contains(" "+r.record.get("settings")+" ", " PACED_RATE=0 ") {
 		paced = " (without the paced run of `bench-bridge.sh`, whose drain rate is the pace it is given)"
 	}
-	w.para("fieldgate's parts measured against established implementations on one machine, one at a time:")
+	w.para("fieldgate's parts measured against established implementations on one machine, one at a time, and what it costs at rest:")
 	w.list(
 		"**matcher**: the subscription index against mochi-mqtt's `TopicsIndex` and the NATS server's generic sublist, on amd64 and 386 (the 32-bit stand-in for ARMv6/v7 gateways);",
 		"**broker**: the whole broker over TCP against mochi-mqtt's full `Server` and Mosquitto: throughput, latency, memory per idle connection and per subscription, and memory against the number of subscriptions and connections;",
 		"**storage**: persisted QoS 1 publishing against mochi-mqtt with its bolt hook and Mosquitto with persistence;",
 		"**bridge**: the bridge and its durable outbox against Mosquitto's bridge, through an outage of the upstream"+paced+";",
-		"**footprint**: binary sizes and memory on 32-bit targets, when `bench-footprint.sh` is there.",
+		"**footprint**: binary sizes and memory on 32-bit targets, when `bench-footprint.sh` is there;",
+		"**idle**: the CPU time of a gateway at rest, ready and bridged with no client traffic, against a limit of its own.",
 	)
 	w.para("Every figure is the median of several runs (the repetitions are stated per section); ratios are taken so that above 1 is better for fieldgate.")
 	w.heading(2, "Reproducing")
 	w.para("```sh\n" +
-		"make bench                                  # everything, then this file and docs/bench/*.svg (about 45 minutes on 2 cores)\n" +
-		"cd scripts/bench && QUICK=1 ./bench-all.sh   # smoke run of the pipeline in 5 to 6 minutes; its report says so\n" +
+		"make bench                                  # everything, then this file and docs/bench/*.svg (about 51 minutes on 2 cores)\n" +
+		"cd scripts/bench && QUICK=1 ./bench-all.sh   # smoke run of the pipeline in 6 to 7 minutes; its report says so\n" +
 		"cd scripts/bench && PARTS= ./bench-all.sh    # rewrite this file from the results already there\n" +
 		"```")
 	w.para("`scripts/bench/README.md` describes each comparison, its script and its knobs (`COUNT`, `QUICK`, `CONNS`, `SUBS`, ...). " +
-		"Each script also runs alone (`make bench-matcher`, `bench-broker`, `bench-storage`, `bench-bridge`) and writes its raw output and its summary to `scripts/bench/results/`; " +
+		"Each script also runs alone (`make bench-matcher`, `bench-broker`, `bench-storage`, `bench-bridge`, `bench-footprint`, `bench-idle`) and writes its raw output and its summary to `scripts/bench/results/`; " +
 		"the sections below are made from the raw output by `scripts/bench/cmd/benchreport`, the one generator of this file and of the summaries.")
 }
 

@@ -122,7 +122,7 @@ func TestReportFullWithoutResults(t *testing.T) {
 	if strings.Contains(md, "QUICK RUN") {
 		t.Error("a full report says it is a quick run")
 	}
-	for _, want := range []string{"## Machine and versions\n\nUnknown", "0 targets met, 0 missed.", "No results for: matcher, broker, storage, bridge, footprint."} {
+	for _, want := range []string{"## Machine and versions\n\nUnknown", "0 targets met, 0 missed.", "No results for: matcher, broker, storage, bridge, footprint, idle."} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -24,7 +24,7 @@ type summary interface {
 // comparison is one side-by-side benchmark: the script that runs it, the
 // stem of its results files and how its raw output is summarized.
 type comparison struct {
-	name   string // matcher, broker, storage, bridge or footprint
+	name   string // matcher, broker, storage, bridge, footprint or idle
 	script string
 	// perArch: one raw file per GOARCH (results/NAME-ARCH.txt), all in
 	// the summary; otherwise the report takes the host's alone.
@@ -35,7 +35,7 @@ type comparison struct {
 }
 
 // Parts are the names of the comparisons, in the report's order.
-var Parts = []string{"matcher", "broker", "storage", "bridge", "footprint"}
+var Parts = []string{"matcher", "broker", "storage", "bridge", "footprint", "idle"}
 
 var comparisons = []comparison{
 	{name: "matcher", script: "bench-matcher.sh", perArch: true, read: func(fs []*rawFile, record meta) summary {
@@ -52,6 +52,9 @@ var comparisons = []comparison{
 	}},
 	{name: "footprint", script: "bench-footprint.sh", single: true, read: func(fs []*rawFile, _ meta) summary {
 		return newFootprintSummary(fs[0])
+	}},
+	{name: "idle", script: "bench-idle.sh", single: true, read: func(fs []*rawFile, _ meta) summary {
+		return newIdleSummary(fs[0])
 	}},
 }
 

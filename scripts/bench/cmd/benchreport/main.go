@@ -9,8 +9,8 @@
 //	benchreport summary [-o FILE] PART RAW...
 //	benchreport report [-quick] [-results results] [-arch GOARCH] [-o ../../docs/BENCHMARKS.md] [-svg ../../docs/bench]
 //
-// summary prints the summary of PART (matcher, broker, storage, bridge or
-// footprint) made from the raw files RAW, and writes it to FILE too with
+// summary prints the summary of PART (matcher, broker, storage, bridge,
+// footprint or idle) made from the raw files RAW, and writes it to FILE too with
 // -o. report reads every comparison's raw output in the results directory;
 // with -quick it reads the results of QUICK=1 runs (results/*-quick-*) and
 // says at the top of the report, loudly, that they are no benchmark.

@@ -2,10 +2,14 @@
 // package footprint); cmd/benchreport summarizes the run.
 //
 //	footprint watch -label NAME -pid PID -mqtt HOST:PORT -ops HOST:PORT [-duration 60s] [-interval 1s]
+//	footprint idle -label NAME -pid PID -ops HOST:PORT [-bridged] [-settle 30s] [-duration 5m]
 //
 // watch prints a "sample" line per second and an "rss" line at the end on
 // standard output; it exits 1 when the gateway exits, never becomes ready
-// or sends no readings.
+// or sends no readings. idle, for bench-idle.sh, prints one "idle" line:
+// the CPU time the gateway took over the duration, left alone once ready;
+// it exits 1 when the gateway exits, never becomes ready, or (with
+// -bridged) its bridge is not up throughout.
 package main
 
 import (
@@ -36,9 +40,12 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "watch":
 			return cmdWatch(args[1:], stdout, stderr)
+		case "idle":
+			return cmdIdle(args[1:], stdout, stderr)
 		}
 	}
 	fmt.Fprintln(stderr, "usage: footprint watch -label NAME -pid PID -mqtt HOST:PORT -ops HOST:PORT [flags]")
+	fmt.Fprintln(stderr, "       footprint idle -label NAME -pid PID -ops HOST:PORT [flags]")
 	return exitUsage
 }
 
@@ -65,6 +72,34 @@ func cmdWatch(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := footprint.Watch(ctx, cfg, stdout); err != nil {
+		fmt.Fprintf(stdout, "# warn %s: %v\n", cfg.Label, err)
+		return exitFail
+	}
+	return 0
+}
+
+func cmdIdle(args []string, stdout, stderr io.Writer) int {
+	cfg := footprint.IdleConfig{Settle: 30 * time.Second, Duration: 5 * time.Minute, ReadyTimeout: time.Minute}
+	fs := flag.NewFlagSet("footprint idle", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Label, "label", "", "`name` of the configuration in the raw line (required)")
+	fs.IntVar(&cfg.PID, "pid", 0, "the gateway's process `id` (required)")
+	fs.StringVar(&cfg.Ops, "ops", "", "`host:port` of its ops endpoint (required)")
+	fs.BoolVar(&cfg.Bridged, "bridged", false, "wait for its bridge to be up, and fail if it does not stay up")
+	fs.DurationVar(&cfg.Settle, "settle", cfg.Settle, "how long to leave it alone once ready before measuring")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long to measure")
+	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "how long it may take to become ready, its bridge up")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if cfg.Label == "" || cfg.PID <= 0 || cfg.Ops == "" || fs.NArg() > 0 || cfg.Duration <= 0 || cfg.Settle < 0 {
+		fmt.Fprintln(stderr, "footprint idle: -label, -pid and -ops are required, and nothing else")
+		fs.Usage()
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := footprint.Idle(ctx, cfg, stdout); err != nil {
 		fmt.Fprintf(stdout, "# warn %s: %v\n", cfg.Label, err)
 		return exitFail
 	}
