@@ -8,16 +8,19 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fieldgate/fieldgate/gateway/bridge"
 	"github.com/fieldgate/fieldgate/gateway/broker"
 	"github.com/fieldgate/fieldgate/gateway/config"
 	"github.com/fieldgate/fieldgate/internal/testkit"
 	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
+	"github.com/fieldgate/fieldgate/internal/testkit/natscluster"
 )
 
 // The README's "Bridging to real clouds" examples are whole configuration
 // files. Each must pass the check fieldgate check runs, and those with a
-// local stand-in run against Mosquitto set up the way that cloud behaves,
-// with only the address, the certificate paths and the secret changed.
+// local stand-in run against it (Mosquitto set up the way that cloud behaves,
+// or a real NATS server), with only the address, the certificate paths and
+// the secret changed.
 
 // cloudExamples returns the yaml blocks of the README's "Bridging to real
 // clouds" section by the name of their bridge, failing the test for one
@@ -177,4 +180,45 @@ func TestCloudExampleEMQX(t *testing.T) {
 		m := last["fieldgate/greenhouse-1/pump/set"]
 		return m != nil && string(m.Payload()) == "ON"
 	})
+}
+
+// TestCloudExampleNATS runs the NATS example against a real NATS server
+// with JetStream and its MQTT listener (no TLS or users here, so those
+// keys are cleared): the bridge settles on MQTT 3.1.1, a reading goes up,
+// a topic NATS cannot take is refused at the route by the nats preset
+// (the link stays up), and a command comes down.
+func TestCloudExampleNATS(t *testing.T) {
+	up := natscluster.Start(t, natscluster.Config{Nodes: 1})
+	addr := up.Node(0).MQTTAddr()
+	cfg := cloudGateway(t, "nats", "")
+	b := &cfg.Bridges[0]
+	b.Address, b.TLS, b.Username, b.PasswordFile = addr, bridge.TLS{}, "", ""
+	cloud, app := collect(t, addr, "site-7/#")
+	startGateway(t, cfg)
+	local, pub := collect(t, cfg.Listeners[0].Address, "fieldgate/greenhouse-1/+/set")
+
+	if tok := pub.Publish("fieldgate/greenhouse-1/bad topic", 1, false, "x"); !tok.WaitTimeout(testkit.Scale(5 * time.Second)) {
+		t.Fatal("no PUBACK for the refused topic")
+	}
+	publishLocal(t, pub, "fieldgate/greenhouse-1/climate/temperature", `{"value":21.5}`)
+	cloud.wait(t, "the reading upstream", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		return last["site-7/fieldgate/greenhouse-1/climate/temperature"] != nil
+	})
+	if tok := app.Publish("commands/greenhouse-1/fan", 1, false, "ON"); !tok.WaitTimeout(testkit.Scale(5*time.Second)) || tok.Error() != nil {
+		t.Fatalf("publish the command on NATS: %v", tok.Error())
+	}
+	local.wait(t, "the command locally", func(last map[string]mqtt.Message, _ map[string]int) bool {
+		m := last["fieldgate/greenhouse-1/fan/set"]
+		return m != nil && string(m.Payload()) == "ON"
+	})
+	// Queued before the reading, it would have come first.
+	cloud.mu.Lock()
+	n := cloud.n["site-7/fieldgate/greenhouse-1/bad topic"]
+	cloud.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the topic with a space reached NATS %d times", n)
+	}
+	if n := up.CountLog(natscluster.MQTT5Refusal); n != 0 {
+		t.Errorf("NATS refused MQTT 5 %d times; the example says protocol 3.1.1", n)
+	}
 }
