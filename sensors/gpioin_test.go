@@ -401,16 +401,31 @@ func TestGPIOInPullAndPolarity(t *testing.T) {
 	})
 }
 
+// openGPIOInQuiet opens a state input with the default options on pin,
+// whose edge waits last at most quiet instead of gpioEdgeWait; it is
+// closed when the test ends.
+func openGPIOInQuiet(t *testing.T, pin gpio.PinIO, quiet time.Duration) *gpioIn {
+	t.Helper()
+	d, err := openGPIOIn(pin, "", gpioInOpts{edge: gpio.BothEdges, pull: gpio.PullUp, activeLow: true,
+		debounce: 20 * time.Millisecond, quiet: quiet}, nil)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 func TestGPIOInMissedEdge(t *testing.T) {
 	t.Parallel()
 	p := newFakePin(true)
-	d := openGPIOInForTest(t, nil, p)
+	const quiet = 200 * time.Millisecond
+	d := openGPIOInQuiet(t, p, quiet)
 	// The line changes with no edge reported: the quiet line is read
-	// again after gpioEdgeWait.
+	// again after the longest edge wait.
 	if err := p.Out(gpio.Low); err != nil {
 		t.Fatal(err)
 	}
-	if !fired(d, gpioEdgeWait+time.Second) {
+	if !fired(d, testkit.Scale(quiet+2*time.Second)) {
 		t.Fatal("a change without an edge was never picked up")
 	}
 	if got := readFirst(t, d); got != 1 {
@@ -463,9 +478,10 @@ func TestGPIOInClose(t *testing.T) {
 	t.Run("halt does nothing", func(t *testing.T) {
 		t.Parallel()
 		p := newFakePin(false)
-		d := openGPIOInForTest(t, nil, p)
+		const quiet = 300 * time.Millisecond
+		d := openGPIOInQuiet(t, p, quiet)
 		waitingForEdge(t, p)
-		closeWithin(t, d, gpioEdgeWait+500*time.Millisecond)
+		closeWithin(t, d, quiet+500*time.Millisecond)
 		goroutineGone(t, p)
 	})
 	t.Run("during a long debounce", func(t *testing.T) {
@@ -644,12 +660,27 @@ func BenchmarkGPIOInRead(b *testing.B) {
 	benchmarkRead(b, d)
 }
 
+// haltable is a gpiotest.Pin whose Halt ends a wait in progress, as the
+// GPIO character device's does, by handing it the line's own level: an
+// edge that changes nothing. gpiotest's own Halt does nothing, and Close
+// would wait out gpioEdgeWait.
+type haltable struct{ *gpiotest.Pin }
+
+// Halt ends the wait in progress, if there is one.
+func (p haltable) Halt() error {
+	select {
+	case p.EdgesChan <- p.Read():
+	default:
+	}
+	return nil
+}
+
 // TestGPIOInOnPeriphTestPin drives the driver through periph's own
 // gpiotest.Pin, whose edges arrive on EdgesChan carrying the new level: a
 // door contact in state mode and a meter in counter mode.
 func TestGPIOInOnPeriphTestPin(t *testing.T) {
 	door := &gpiotest.Pin{N: "GPIO5", Num: 5, EdgesChan: make(chan gpio.Level)}
-	d := openGPIOInForTest(t, map[string]string{"debounce": "5ms"}, door)
+	d := openGPIOInForTest(t, map[string]string{"debounce": "5ms"}, haltable{door})
 	send := func(p *gpiotest.Pin, l gpio.Level) {
 		t.Helper()
 		select {
@@ -672,7 +703,7 @@ func TestGPIOInOnPeriphTestPin(t *testing.T) {
 	eventuallyReads(t, d, 0)
 
 	meter := &gpiotest.Pin{N: "GPIO6", Num: 6, EdgesChan: make(chan gpio.Level)}
-	m := openGPIOInForTest(t, map[string]string{"mode": "counter", "debounce": "0s"}, meter)
+	m := openGPIOInForTest(t, map[string]string{"mode": "counter", "debounce": "0s"}, haltable{meter})
 	for range 7 {
 		send(meter, gpio.Low)
 		send(meter, gpio.High)
@@ -701,13 +732,15 @@ func (p *countingPin) WaitForEdge(timeout time.Duration) bool {
 }
 
 // TestGPIOInQuietLineSleeps follows a line without edges, simulated and
-// periph's gpiotest.Pin: the device wakes once per gpioEdgeWait, at least a
-// second, and on the simulated line the pin itself wakes for nothing else.
-// An idle gateway costs next to nothing for its inputs.
+// periph's gpiotest.Pin: the device makes one edge wait after another,
+// each as long as it may be, and on the simulated line the pin wakes for
+// nothing in between. The waits here last 300 ms so that the test is
+// quick; gpioEdgeWait, at least a second, is what a gateway runs with.
 func TestGPIOInQuietLineSleeps(t *testing.T) {
 	if gpioEdgeWait < time.Second || gpioPollEvery < time.Second {
 		t.Fatalf("gpioEdgeWait %s, gpioPollEvery %s: an idle input must wake no more than once a second", gpioEdgeWait, gpioPollEvery)
 	}
+	const quiet = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name string
 		pin  func(t *testing.T) (gpio.PinIO, func() uint64)
@@ -730,14 +763,14 @@ func TestGPIOInQuietLineSleeps(t *testing.T) {
 			pin, wakeups := tc.pin(t)
 			p := &countingPin{PinIO: pin}
 			start := time.Now()
-			d := openGPIOInForTest(t, nil, p)
-			testkit.WaitFor(t, 4*gpioEdgeWait, "three edge waits", func() bool { return p.waits.Load() >= 3 })
+			d := openGPIOInQuiet(t, p, quiet)
+			testkit.WaitFor(t, 10*quiet, "three edge waits", func() bool { return p.waits.Load() >= 3 })
 			waits, took := p.waits.Load(), time.Since(start)
-			if took < time.Duration(waits-1)*gpioEdgeWait {
-				t.Errorf("%d edge waits in %s on a quiet line: more than one per %s", waits, took, gpioEdgeWait)
+			if took < time.Duration(waits-1)*quiet {
+				t.Errorf("%d edge waits in %s on a quiet line: more than one per %s", waits, took, quiet)
 			}
-			if s := time.Duration(p.shortest.Load()); s < time.Second {
-				t.Errorf("an edge wait of %s on a quiet line; want at least a second", s)
+			if s := time.Duration(p.shortest.Load()); s != quiet {
+				t.Errorf("an edge wait of %s on a quiet line; want %s", s, quiet)
 			}
 			if wakeups != nil {
 				// Each wait looks at the line when it starts and when it ends.
