@@ -16,7 +16,7 @@
 #   storage    bench-storage.sh                                           ~7 min
 #   bridge     bench-bridge.sh without its paced run (PACED_RATE below) ~2.5 min
 #   footprint  bench-footprint.sh, when there is one                  ~5 min
-#   idle       bench-idle.sh: four gateways at rest for 5 min at once, one
+#   idle       bench-idle.sh: six gateways at rest for 5 min at once, one
 #              run whatever COUNT (QUICK=1: 30 s)                       ~6 min
 #   report     cmd/benchreport                                          seconds
 # About 40 minutes in all, 51 with the footprint and idle. Each part runs with its

@@ -4,17 +4,21 @@
 #
 # Each configuration of CONFIGS runs the release build of `make build`
 # (bin/fieldgate) with its own ports and state file, all at the same time:
-#   default             the embedded default configuration (gateway/config/
-#                       default.yaml: six simulated sensors, the broker, the
-#                       ops endpoint) and a bridge to a local Mosquitto
-#                       carrying fieldgate/# upstream at QoS 1
-#   default-nobridge    the same without the bridge
-#   sensors50           the default with its sensors replaced by 50 on the
-#                       simulated hardware: twelve each of the BME280, SHT3x,
-#                       ADS1115 and INA219, every SENSOR_INTERVAL, and the
-#                       door and the water meter as in the default; and the
-#                       bridge
-#   sensors50-nobridge  the same without the bridge
+#   default               the embedded default configuration (gateway/config/
+#                         default.yaml: six simulated sensors, the broker, the
+#                         ops endpoint) and a bridge connected to a local
+#                         Mosquitto, with an out-route (bench/idle/#) that
+#                         nothing publishes to: a bridge with no traffic
+#   default-forwarding    the same with the bridge carrying the readings,
+#                         fieldgate/# at QoS 1
+#   default-nobridge      the same without a bridge
+#   sensors50             the default with its sensors replaced by 50 on the
+#                         simulated hardware: twelve each of the BME280, SHT3x,
+#                         ADS1115 and INA219, every SENSOR_INTERVAL, and the
+#                         door and the water meter as in the default; with
+#                         the bridge of default
+#   sensors50-forwarding  and with the bridge carrying the readings
+#   sensors50-nobridge    and without a bridge
 # cmd/footprint idle waits until each is ready and its bridge up, leaves it
 # alone for SETTLE (start-up: discovery, first readings, the first
 # collections), then reads utime and stime from /proc/PID/stat, and again
@@ -24,8 +28,8 @@
 # that drops during the measurement fails the run.
 #
 # The target (scripts/bench/targets/targets.go): at most 0.2 % of one core
-# for the embedded default with its bridge connected, and for the 50
-# sensors. Raw output goes to results/idle-ARCH.txt and the summary to
+# for default and sensors50, a gateway at rest with its bridge connected;
+# the others show what forwarding the readings, and the bridge, cost. Raw output goes to results/idle-ARCH.txt and the summary to
 # results/idle-summary.md, which is printed; QUICK=1 writes
 # results/idle-quick-* instead.
 #
@@ -33,7 +37,7 @@
 #   QUICK=1              smoke run: DURATION=30s SETTLE=10s (each can still be set)
 #   DURATION=5m          how long each gateway is measured
 #   SETTLE=30s           how long each is left alone once ready before that
-#   CONFIGS="default default-nobridge sensors50 sensors50-nobridge"
+#   CONFIGS="default default-forwarding default-nobridge sensors50 sensors50-forwarding sensors50-nobridge"
 #   SENSOR_INTERVAL=60s  interval of the 48 simulated I²C sensors of sensors50: about
 #                        the readings a second of the default (0.8 against 0.5)
 #   READY_TIMEOUT=90s    how long a gateway may take to be ready with its bridge up
@@ -50,7 +54,7 @@ if [ "${QUICK:-0}" = 1 ]; then
 fi
 DURATION=${DURATION:-5m}
 SETTLE=${SETTLE:-30s}
-CONFIGS=${CONFIGS:-"default default-nobridge sensors50 sensors50-nobridge"}
+CONFIGS=${CONFIGS:-"default default-forwarding default-nobridge sensors50 sensors50-forwarding sensors50-nobridge"}
 SENSOR_INTERVAL=${SENSOR_INTERVAL:-60s}
 READY_TIMEOUT=${READY_TIMEOUT:-90s}
 PORT=${PORT:-18940}
@@ -101,7 +105,7 @@ sensors50() {
 # idle_config LABEL DIR MQTT OPS: writes DIR/fieldgate.yaml for
 # configuration LABEL.
 idle_config() {
-	local label=$1 dir=$2 cfg=$2/fieldgate.yaml
+	local label=$1 dir=$2 cfg=$2/fieldgate.yaml route=bench/idle/#
 	gateway_config "$dir" "$3" "$4"
 	case $label in
 	sensors50*)
@@ -112,21 +116,20 @@ idle_config() {
 		;;
 	esac
 	case $label in
-	*-nobridge) ;;
-	*)
-		cat >>"$cfg" <<-EOF
-			bridges:
-			  - name: cloud
-			    address: 127.0.0.1:$PORT
-			    client_id: fieldgate-idle-$label
-			    reconnect_min: 1s
-			    reconnect_max: 2s
-			    out:
-			      - filter: fieldgate/#
-			        qos: 1
-		EOF
-		;;
+	*-nobridge) return ;;
+	*-forwarding) route='fieldgate/#' ;;
 	esac
+	cat >>"$cfg" <<-EOF
+		bridges:
+		  - name: cloud
+		    address: 127.0.0.1:$PORT
+		    client_id: fieldgate-idle-$label
+		    reconnect_min: 1s
+		    reconnect_max: 2s
+		    out:
+		      - filter: $route
+		        qos: 1
+	EOF
 }
 
 settings="DURATION=$DURATION SETTLE=$SETTLE CONFIGS=\"$CONFIGS\" SENSOR_INTERVAL=$SENSOR_INTERVAL"
@@ -153,9 +156,9 @@ declare -A gw=() watcher=()
 for c in $CONFIGS; do
 	n=$((n + 1))
 	case $c in
-	default | default-nobridge | sensors50 | sensors50-nobridge) ;;
+	default | default-forwarding | default-nobridge | sensors50 | sensors50-forwarding | sensors50-nobridge) ;;
 	*)
-		warn "$c: no such configuration (default, default-nobridge, sensors50, sensors50-nobridge)"
+		warn "$c: no such configuration (default, sensors50, each also -forwarding and -nobridge)"
 		continue
 		;;
 	esac
@@ -171,7 +174,8 @@ for c in $CONFIGS; do
 		warn "$c: the configuration does not check: $out"
 		continue
 	fi
-	echo "config $c sensors=$(grep -cE '^  - (name: |\{name: )' <(sed -n '/^sensors:/,/^[a-z]/p' "$dir/fieldgate.yaml")) bridged=$([[ $c == *-nobridge ]] && echo false || echo true)" >>"$raw"
+	echo "config $c sensors=$(grep -cE '^  - (name: |\{name: )' <(sed -n '/^sensors:/,/^[a-z]/p' "$dir/fieldgate.yaml"))" \
+		"route=$(sed -n 's/^      - filter: //p' "$dir/fieldgate.yaml")" >>"$raw"
 	# In its own directory, where anything relative lands.
 	(cd "$dir" && exec "$root/bin/fieldgate" run -config "$dir/fieldgate.yaml" >"$dir/log" 2>&1) &
 	gw[$c]=$!

