@@ -45,6 +45,13 @@ func newLoneBridgeAlive(t *testing.T, body string, alive func()) *loneBridge {
 	t.Cleanup(func() {
 		br.Stop()
 		_ = db.Close()
+		if t.Failed() {
+			// What the bridge said, debug lines too: a failure on a busy
+			// machine is read from this.
+			for _, r := range rec.find(slog.LevelDebug, "") {
+				t.Logf("bridge log: %s %s %v", r.level, r.msg, r.attrs)
+			}
+		}
 	})
 	return &loneBridge{Bridge: br, db: db, log: rec}
 }
@@ -166,6 +173,11 @@ func TestProbeBlamesOnlyTheRefused(t *testing.T) {
 	lb.queue(t, want[:4]...)
 	lb.queue(t, "up/bad topic")
 	lb.queue(t, want[4:]...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("upstream got %v; bridge %+v", f.topics(), lb.Stats())
+		}
+	})
 	waitFor(t, "the healthy messages upstream", func() bool {
 		got := uniq(f.topics())
 		for _, w := range want {
