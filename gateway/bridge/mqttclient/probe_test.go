@@ -1,13 +1,18 @@
 package mqttclient
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fieldgate/fieldgate/internal/mqttwire"
 	"github.com/fieldgate/fieldgate/internal/testkit/faultproxy"
 	"github.com/fieldgate/fieldgate/internal/testkit/mosquitto"
+	"github.com/fieldgate/fieldgate/internal/testkit/wiretest"
 )
 
 // TestClientPing: Ping returns once Mosquitto answers, several at once
@@ -71,5 +76,70 @@ func TestClientClaim(t *testing.T) {
 	r := publishWait(t, c, &Outgoing{Topic: "claim/after", QoS: 1})
 	if r.err != nil {
 		t.Fatalf("publish once the claims are used: %v", r.err)
+	}
+}
+
+// TestClientKeepAliveAfterPing: a keep alive that falls due while a Ping
+// is unanswered is not skipped. The server here answers that PINGREQ
+// late, then holds the PUBACK of the message published next until the
+// client sends another packet; only the next keep alive's PINGREQ, due a
+// keep alive after the publish [MQTT-3.1.2-23], releases it. A watchdog
+// that slept until the Ping's ack deadline would send it an ack timeout
+// late instead.
+func TestClientKeepAliveAfterPing(t *testing.T) {
+	const keepAlive, ackTimeout = 2 * time.Second, 30 * time.Second
+	ln, wg := wiretest.Listen(t)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		r := bufio.NewReader(nc)
+		if fh, _, err := mqttwire.ReadPacket(r, 0, nil); err != nil || fh.Type != packets.Connect {
+			return
+		}
+		_, _ = nc.Write([]byte{0x20, 2, 0, 0})
+		var held []byte
+		pings := 0
+		for {
+			fh, body, err := mqttwire.ReadPacket(r, 0, nil)
+			if err != nil {
+				return
+			}
+			out := held
+			held = nil
+			switch fh.Type {
+			case packets.Pingreq:
+				if pings++; pings == 1 {
+					time.Sleep(keepAlive + keepAlive/4) // past the keep alive
+				}
+				out = append(out, 0xD0, 0)
+			case packets.Publish:
+				pk := packets.Packet{FixedHeader: fh, ProtocolVersion: 4}
+				if mqttwire.Decode(&pk, body) != nil {
+					return
+				}
+				held = mqttwire.Ack(packets.Puback, pk.PacketID, 0, false, "")
+			}
+			if _, err := nc.Write(out); err != nil {
+				return
+			}
+		}
+	}()
+	c := dial(t, Options{Address: ln.Addr().String(), Protocol: 4, ClientID: "keepalive", KeepAlive: keepAlive, AckTimeout: ackTimeout})
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	if _, err := c.Publish(&Outgoing{Topic: "a", Payload: []byte("x"), QoS: 1}, func(err error, reason byte) { done <- result{err, reason} }); err != nil {
+		t.Fatal(err)
+	}
+	// Generous for a busy machine, and far short of the ack timeout.
+	if r := <-done; r.err != nil || time.Since(start) > ackTimeout/3 {
+		t.Errorf("PUBACK after %v (%v): the keep alive's PINGREQ came late", time.Since(start).Round(time.Millisecond), r.err)
 	}
 }

@@ -77,14 +77,21 @@ func (c *Client) check(now time.Time) (time.Time, error) {
 		}
 		next = w.deadline
 	}
-	if c.keepAlive > 0 && len(c.pings) == 0 {
+	if c.keepAlive > 0 {
+		// The keep alive is counted from our last write whether or not a
+		// PINGREQ is in flight: a check made while one was (a caller's
+		// Ping, say) must not sleep past the next one that falls due
+		// once it is answered [MQTT-3.1.2-23].
 		due := c.lastSent.Add(c.keepAlive)
 		if !now.Before(due) {
-			w := &ackWait{kind: packets.Pingresp}
-			if c.q.tryPush(outPacket{b: pingreq, wait: w}) {
+			switch w := (&ackWait{kind: packets.Pingresp}); {
+			case len(c.pings) > 0:
+				// One is in flight, answered within its own deadline.
+				due = now.Add(busyRecheck)
+			case c.q.tryPush(outPacket{b: pingreq, wait: w}):
 				c.pings = append(c.pings, pingWait{wait: w})
 				due = now.Add(c.keepAlive)
-			} else {
+			default:
 				due = now.Add(busyRecheck)
 			}
 		}
